@@ -1,0 +1,13 @@
+# Every dependency comes from Debian 12 packages installed by scripts/bootstrap.sh.
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)                 # libfmt-dev: formatting of reports
+find_package(nlohmann_json 3 REQUIRED)     # nlohmann-json3-dev: --json output, config files
+find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)  # libcli11-dev: the CLI's subcommands
+add_library(CLI11::CLI11 INTERFACE IMPORTED)
+target_include_directories(CLI11::CLI11 SYSTEM INTERFACE ${CLI11_INCLUDE_DIR})
+if(MINIMAKV_BUILD_TESTS)
+  find_package(GTest REQUIRED)             # libgtest-dev
+endif()
+if(MINIMAKV_BUILD_BENCH)
+  find_package(benchmark REQUIRED)         # libbenchmark-dev
+endif()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything minima-kv needs on a fresh Debian 12 machine (run as root; idempotent).
+# C++ toolchain and libraries from Debian; documentation packages that the training/evaluation text
+# is extracted from; a Python venv (.venv) with the reference libraries the tests compare against.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv
+      libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+      libfmt-dev libpcre2-dev libopenblas-dev
+      python3.11-doc linux-doc-6.1 wordnet-base wamerican)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "bootstrap: Debian packages present (${#pkgs[@]})"
