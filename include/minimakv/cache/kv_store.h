@@ -1,0 +1,263 @@
+// The paged KV store: sequences, block tables, the ownership protocol, prefix cache and accounting.
+//
+// Owns: one PagePool per physical format (BF16, FP8, TQ3), every sequence's block table, the prefix
+// cache and the reader pins. Implements the paper's Algorithm 1:
+//   Append   writes tokens' K/V into the Recent page (quantize on write), allocating when it is full;
+//   Retier   FP8 -> TQ3 copy-before-publish: conversion reference on the source, destination allocated
+//            and fully written, block-table entry swapped, source released (it is freed only once its
+//            readers and the conversion have cleared);
+//   Promote  TQ3 -> FP8: reconstruct, publish, retire the compressed reference;
+//   Seal     a full page becomes immutable and binds to its chained prefix hash;
+//   Fork     a new sequence shares every full page; the partial last page is copied (copy-on-write);
+//   Finish   releases the request references; cached pages stay until evicted.
+// Invariants (check_invariants(), run after every mutating call in debug builds):
+//   * every logical page of a live sequence is addressable: one in-use layer-page per layer;
+//   * a layer-page is on its pool's free list iff its request, cache, reader and conversion counts are
+//     all zero, and each count equals the number of holders of that kind;
+//   * full pages are sealed and never written again; a TQ3 page is always full and sealed;
+//   * Stale rows are TQ3 except in protected layers, which are always FP8;
+//   * accounting computed from scratch equals the incremental counters, to the byte.
+// Demoting a page shared by several sequences changes only the row of the sequence the plan names
+// (a per-holder decision); the TQ3 copy binds to the page's prefix hash, so when another holder is
+// demoted it rebinds to that copy instead of converting again (and promotion rebinds to a cached FP8
+// copy the same way).
+// Thread safety: one mutex serialises metadata; apply() converts bytes outside the lock (sources are
+// sealed, destinations private) and re-validates each entry before publishing; readers pin a sequence
+// (reader references) and read page bytes without the lock. One writer appends to a given sequence.
+// Errors throw (OutOfCapacity, InvalidArgument) and leave the store unchanged.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "minimakv/cache/page_pool.h"
+#include "minimakv/cache/types.h"
+#include "minimakv/codec/page_codec.h"
+
+namespace minimakv::cache {
+
+struct StoreConfig {
+  int layers = 2;
+  int kv_heads = 2;
+  int head_dim = 64;
+  int tokens_per_page = 16;
+  size_t bf16_pages = 0;  // capacity of each pool, in layer-pages
+  size_t fp8_pages = 0;
+  size_t tq3_pages = 0;
+  // Most layer-pages of each format the prefix cache may hold (counted once per page).
+  std::array<size_t, codec::kNumPageFormats> cache_quota{
+      std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max()};
+  std::vector<int> protected_layers;  // stay FP8 in every tier
+  KvMode mode = KvMode::kMinima;
+  bool prefix_caching = true;
+  uint64_t rotation_seed = codec::kDefaultRotationSeed;
+  uint64_t model_key = 0;  // mixed into prefix hashes with the codec identity
+  codec::Tq3Policy tq3_policy{};
+};
+
+struct LogicalPageInfo {
+  Tier tier = Tier::kRecent;
+  uint32_t filled = 0;
+  bool sealed = false;
+  uint64_t hash = 0;  // 0 = not bound to the prefix cache
+  std::vector<PageEntry> layers;
+};
+
+struct FormatAccounting {
+  size_t capacity_pages = 0;
+  size_t used_pages = 0;
+  size_t free_pages = 0;
+  size_t request_pages = 0;     // held by at least one live sequence
+  size_t cache_only_pages = 0;  // held by the prefix cache and nobody else (evictable)
+  size_t transient_pages = 0;   // held only by readers or a conversion in flight
+  size_t page_bytes = 0;
+  size_t used_bytes() const { return used_pages * page_bytes; }
+};
+
+struct Accounting {
+  std::array<FormatAccounting, codec::kNumPageFormats> formats{};
+  std::array<size_t, kNumTiers> tier_bytes{};  // distinct request-held layer-pages by tier of first holder
+  size_t block_table_bytes = 0;                // host metadata of live block tables
+  size_t live_tokens = 0;
+  size_t live_sequences = 0;
+  size_t cached_variants = 0;
+  size_t request_bytes() const;                // sum of tier_bytes
+  size_t used_bytes() const;                   // every in-use page of every pool
+  double bytes_per_live_token() const;         // (request bytes + block tables) / live tokens
+  bool reconciled = false;                     // tiers + cache-only + transient == used, in every pool
+};
+
+struct CompactLayerView {
+  // Per format, the physical ids of this layer's pages in logical order, and their logical indices.
+  std::array<std::vector<PageId>, codec::kNumPageFormats> ids;
+  std::array<std::vector<uint32_t>, codec::kNumPageFormats> logical;
+};
+
+class KvStore;
+
+// Reader pin on every layer-page of a sequence, taken at pin time; released on destruction.
+class PinnedSequence {
+ public:
+  PinnedSequence(PinnedSequence&& o) noexcept;
+  PinnedSequence& operator=(PinnedSequence&&) = delete;
+  ~PinnedSequence();
+  size_t length() const { return length_; }
+  uint32_t last_page_fill() const { return last_fill_; }
+  const std::vector<std::vector<PageEntry>>& rows() const { return rows_; }  // [logical page][layer]
+  const CompactLayerView& layer(int l) const { return views_[l]; }
+  std::span<const uint8_t> bytes(PageEntry e) const;
+
+ private:
+  friend class KvStore;
+  PinnedSequence(const KvStore* s) : store_(s) {}
+  const KvStore* store_;
+  uint64_t pin_id_ = 0;
+  size_t length_ = 0;
+  uint32_t last_fill_ = 0;
+  std::vector<std::vector<PageEntry>> rows_;
+  std::vector<CompactLayerView> views_;
+};
+
+class KvStore {
+ public:
+  explicit KvStore(StoreConfig cfg);
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+  ~KvStore();
+
+  const StoreConfig& config() const { return cfg_; }
+  const codec::PageGeometry& geometry() const { return geo_; }
+  const PagePool& pool(PageFormat f) const { return *pools_[static_cast<int>(f)]; }
+  std::span<const codec::Rotation> rotations(int layer) const;
+  bool is_protected(int layer) const { return protected_[layer]; }
+  // Format of newly appended pages: BF16 in bf16 mode, else FP8.
+  PageFormat append_format() const { return cfg_.mode == KvMode::kBf16 ? PageFormat::kBf16 : PageFormat::kFp8; }
+
+  // ---- sequences
+  SeqId create_sequence();
+  // Tokens covered by the longest run of cached full pages for this token prefix (lookup only).
+  size_t match_prefix(std::span<const int32_t> tokens) const;
+  // A new sequence whose leading full pages are installed from the prefix cache. Returns the sequence
+  // and the number of tokens it already holds (a multiple of tokens_per_page); append the rest.
+  std::pair<SeqId, size_t> create_sequence_with_prefix(std::span<const int32_t> tokens);
+  // ids: n tokens; k, v: [n][layers][kv_heads][head_dim] floats.
+  void append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v);
+  SeqId fork(SeqId parent);
+  void finish(SeqId seq);
+
+  // ---- tier transitions (the controller's plan, executed as one batch)
+  struct Transition {
+    SeqId seq = 0;
+    uint32_t page = 0;
+    Tier target = Tier::kRecent;
+  };
+  struct ApplyResult {
+    size_t converted = 0;  // FP8 -> TQ3 conversions (logical pages)
+    size_t promoted = 0;   // TQ3 -> FP8 reconstructions
+    size_t rebound = 0;    // transitions satisfied by a cached copy, no conversion
+    size_t retagged = 0;   // Recent <-> Anchor, no bytes moved
+    size_t dropped = 0;    // entries changed concurrently (sequence finished) and skipped
+  };
+  ApplyResult apply(std::span<const Transition> plan);
+
+  // ---- readers
+  PinnedSequence pin(SeqId seq) const;
+
+  // ---- prefix cache
+  size_t evict_cached(size_t max_variants);  // oldest first, only variants no sequence holds
+  void set_cache_quota(PageFormat f, size_t layer_pages);  // evicts to fit
+  std::vector<std::pair<uint64_t, Tier>> lru_snapshot() const;  // oldest first
+
+  // ---- introspection
+  bool is_live(SeqId seq) const;
+  std::vector<SeqId> live_sequences() const;
+  size_t length(SeqId seq) const;
+  std::vector<LogicalPageInfo> block_table(SeqId seq) const;
+  CompactLayerView layer_view(SeqId seq, int layer) const;
+  std::array<uint32_t, kNumRefKinds> refs(PageEntry e) const;
+  Accounting accounting() const;
+  void check_invariants() const;  // throws std::logic_error naming the violated invariant
+  uint64_t operations() const { return ops_; }
+
+ private:
+  friend class PinnedSequence;
+  struct Row {
+    Tier tier = Tier::kRecent;
+    uint32_t filled = 0;
+    bool sealed = false;
+    uint64_t hash = 0;
+    int32_t variant = -1;  // prefix-cache variant this row is bound to
+    std::vector<PageEntry> layers;
+  };
+  struct Sequence {
+    std::vector<Row> rows;
+    std::vector<int32_t> tokens;
+    bool live = true;
+  };
+  struct Variant {  // one cached copy of a sealed logical page: FP8 (kind Recent) or Stale
+    uint64_t hash = 0;
+    Tier kind = Tier::kRecent;
+    std::vector<PageEntry> row;
+    uint32_t holders = 0;  // rows bound to it, plus planned rebinds of a checkpoint in flight
+    uint32_t planned = 0;
+    int32_t prev = -1, next = -1;
+    bool in_lru = false;
+    bool used = false;
+  };
+
+  PagePool& pool_mut(PageFormat f) { return *pools_[static_cast<int>(f)]; }
+  Sequence& live_seq(SeqId seq, const char* where);
+  const Sequence& live_seq(SeqId seq, const char* where) const;
+  uint64_t page_hash(uint64_t parent, std::span<const int32_t> tokens) const;
+  void add_ref(PageEntry e, RefKind k);
+  void release(PageEntry e, RefKind k);
+  void release_row(Row& r);
+  // Frees cached pages until `need` pages of format f are free; throws OutOfCapacity (changing
+  // nothing) when even evicting every unheld variant would not free enough.
+  void reserve_free(PageFormat f, size_t need);
+  size_t freeable_by_eviction(PageFormat f, const std::unordered_set<int32_t>* keep = nullptr) const;
+  // prefix-cache internals
+  int32_t find_variant(uint64_t hash, Tier kind) const;
+  int32_t bind_variant(uint64_t hash, Tier kind, const std::vector<PageEntry>& row);
+  void evict_variant(int32_t v);
+  void hold(Row& r, int32_t v);
+  void unhold(Row& r);
+  void lru_push(int32_t v);
+  void lru_remove(int32_t v);
+  void seal_row(Sequence& s, size_t index);
+  void unpin(uint64_t pin_id) const;
+  std::span<const uint8_t> page_bytes(PageEntry e) const { return pool(e.format).bytes(e.id); }
+  void debug_check() const;
+  Accounting accounting_locked() const;
+  void check_invariants_locked() const;
+
+  StoreConfig cfg_;
+  codec::PageGeometry geo_;
+  std::vector<bool> protected_;
+  std::array<std::unique_ptr<PagePool>, codec::kNumPageFormats> pools_;
+  std::vector<std::vector<codec::Rotation>> rotations_;  // [layer][kv head]
+  std::unordered_map<SeqId, Sequence> seqs_;
+  SeqId next_seq_ = 1;
+  std::vector<Variant> variants_;
+  std::vector<int32_t> free_variants_;
+  std::unordered_map<uint64_t, std::array<int32_t, 2>> by_hash_;  // [FP8/BF16 copy, Stale copy]
+  int32_t lru_head_ = -1, lru_tail_ = -1;  // head = oldest
+  std::array<size_t, codec::kNumPageFormats> cached_pages_{};
+  // reader pins: id -> pinned layer-pages (mutable: pinning is logically const)
+  mutable std::unordered_map<uint64_t, std::vector<PageEntry>> pins_;
+  mutable uint64_t next_pin_ = 1;
+  mutable std::mutex mu_;
+  std::mutex apply_mu_;
+  size_t conversions_in_flight_ = 0;
+  uint64_t ops_ = 0;
+};
+
+}  // namespace minimakv::cache

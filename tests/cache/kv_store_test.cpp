@@ -1,0 +1,254 @@
+// KvStore unit tests with exact expectations: page ids, reference counts by kind, LRU order, block
+// tables after each operation, and error paths that must leave the store unchanged.
+#include <gtest/gtest.h>
+
+#include "cache/store_fixture.h"
+#include "test_util.h"
+
+namespace minimakv::cache {
+namespace {
+
+using testing::random_rows;
+using testing::small_config;
+
+std::array<uint32_t, 4> R(uint32_t req, uint32_t cache = 0, uint32_t reader = 0, uint32_t conv = 0) {
+  return {req, cache, reader, conv};
+}
+
+TEST(KvStore, AppendAllocatesPagesInOrderAndSealsFullOnes) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId s = st.create_sequence();
+  auto rows = random_rows(rng, st.config(), 6);
+  st.append(s, rows.ids, rows.k, rows.v);
+  const auto t = st.block_table(s);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 1}, {PageFormat::kFp8, 2}}));
+  EXPECT_EQ(t[1].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 3}, {PageFormat::kFp8, 4}}));
+  EXPECT_TRUE(t[0].sealed);
+  EXPECT_EQ(t[0].filled, 4u);
+  EXPECT_FALSE(t[1].sealed);
+  EXPECT_EQ(t[1].filled, 2u);
+  EXPECT_NE(t[0].hash, 0u);
+  EXPECT_EQ(t[1].hash, 0u);
+  // the full page is held by the request and by the prefix cache
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(1, 1));
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 3}), R(1, 0));
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 12u);
+  EXPECT_EQ(st.length(s), 6u);
+  st.check_invariants();
+}
+
+TEST(KvStore, FinishKeepsCachedPagesAndLruOrderFollowsFinishes) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId a = st.create_sequence(), b = st.create_sequence();
+  auto ra = random_rows(rng, st.config(), 4, 100), rb = random_rows(rng, st.config(), 4, 200);
+  st.append(a, ra.ids, ra.k, ra.v);
+  st.append(b, rb.ids, rb.k, rb.v);
+  const uint64_t ha = st.block_table(a)[0].hash, hb = st.block_table(b)[0].hash;
+  EXPECT_TRUE(st.lru_snapshot().empty());
+  st.finish(b);
+  st.finish(a);
+  EXPECT_EQ(st.lru_snapshot(), (std::vector<std::pair<uint64_t, Tier>>{{hb, Tier::kRecent}, {ha, Tier::kRecent}}));
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(0, 1));
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 12u);
+  // a hit removes the variant from the LRU (O(1)) and installs the same physical pages
+  auto [c, covered] = st.create_sequence_with_prefix(ra.ids);
+  EXPECT_EQ(covered, 4u);
+  EXPECT_EQ(st.block_table(c)[0].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 1}, {PageFormat::kFp8, 2}}));
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(1, 1));
+  EXPECT_EQ(st.lru_snapshot(), (std::vector<std::pair<uint64_t, Tier>>{{hb, Tier::kRecent}}));
+  // eviction drops the cache reference: b's pages (3, 4) return to the free list, a's stay
+  EXPECT_EQ(st.evict_cached(10), 1u);
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_list_snapshot().front(), 4u);
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 14u);
+  st.check_invariants();
+}
+
+TEST(KvStore, PrefixMatchIsTheLongestRunOfFullPages) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId a = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 10, 7);
+  st.append(a, r.ids, r.k, r.v);
+  EXPECT_EQ(st.match_prefix(r.ids), 8u);
+  std::vector<int32_t> other = r.ids;
+  other[5] = 999;  // second page differs: chained hashes stop after the first
+  EXPECT_EQ(st.match_prefix(other), 4u);
+  other[0] = 998;
+  EXPECT_EQ(st.match_prefix(other), 0u);
+  EXPECT_EQ(st.match_prefix(std::span<const int32_t>(r.ids).first(3)), 0u);
+}
+
+TEST(KvStore, DemoteIsCopyBeforePublishAndReadersKeepTheSource) {
+  auto rng = testing::rng_for_test();
+  auto cfg = small_config();
+  cfg.protected_layers = {0};
+  KvStore st(cfg);
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, cfg, 8);
+  st.append(s, r.ids, r.k, r.v);
+  {
+    auto pin = st.pin(s);
+    EXPECT_EQ(st.refs({PageFormat::kFp8, 2}), R(1, 1, 1));
+    const auto res = st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}});
+    EXPECT_EQ(res.converted, 1u);
+    const auto t = st.block_table(s);
+    EXPECT_EQ(t[0].tier, Tier::kStale);
+    // protected layer 0 keeps its FP8 page; layer 1 now points to TQ3 page 1
+    EXPECT_EQ(t[0].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 1}, {PageFormat::kTq3, 1}}));
+    // the old FP8 page of layer 1: the request moved away, the FP8 cache copy and the reader remain
+    EXPECT_EQ(st.refs({PageFormat::kFp8, 2}), R(0, 1, 1));
+    EXPECT_EQ(st.refs({PageFormat::kTq3, 1}), R(1, 1));  // bound as the Stale copy of the hash
+    // the pin still reads the bytes it pinned
+    EXPECT_EQ(pin.rows()[0][1], (PageEntry{PageFormat::kFp8, 2}));
+    st.check_invariants();
+  }
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 2}), R(0, 1, 0));
+  st.set_cache_quota(PageFormat::kFp8, 0);  // pressure: the FP8 cache copy goes, page 2 is freed
+  EXPECT_FALSE(st.pool(PageFormat::kFp8).meta(2).in_use);
+  // the protected layer's page is part of the (held) Stale copy as well, so it keeps that cache reference
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(1, 1));
+  st.check_invariants();
+}
+
+TEST(KvStore, SharedPageDemotionRebindsInsteadOfConvertingTwice) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId a = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 5);
+  st.append(a, r.ids, r.k, r.v);
+  auto [b, covered] = st.create_sequence_with_prefix(r.ids);
+  ASSERT_EQ(covered, 4u);
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(2, 1));
+  auto res = st.apply(std::vector<KvStore::Transition>{{a, 0, Tier::kStale}});
+  EXPECT_EQ(res.converted, 1u);
+  EXPECT_EQ(st.block_table(b)[0].tier, Tier::kRecent);  // per-holder: b is untouched
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(1, 1));
+  res = st.apply(std::vector<KvStore::Transition>{{b, 0, Tier::kStale}});
+  EXPECT_EQ(res.rebound, 1u);
+  EXPECT_EQ(res.converted, 0u);
+  EXPECT_EQ(st.block_table(a)[0].layers, st.block_table(b)[0].layers);
+  EXPECT_EQ(st.refs({PageFormat::kTq3, 1}), R(2, 1));
+  // promotion of a rebinds to the cached FP8 copy (still alive: cache reference)
+  res = st.apply(std::vector<KvStore::Transition>{{a, 0, Tier::kAnchor}});
+  EXPECT_EQ(res.rebound, 1u);
+  EXPECT_EQ(st.block_table(a)[0].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 1}, {PageFormat::kFp8, 2}}));
+  st.check_invariants();
+}
+
+TEST(KvStore, PromoteReconstructsWhenNoCopyIsCached) {
+  auto rng = testing::rng_for_test();
+  auto cfg = small_config();
+  cfg.prefix_caching = false;
+  KvStore st(cfg);
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, cfg, 4);
+  st.append(s, r.ids, r.k, r.v);
+  EXPECT_EQ(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}}).converted, 1u);
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 16u);  // FP8 source freed right away
+  EXPECT_EQ(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kRecent}}).promoted, 1u);
+  EXPECT_EQ(st.pool(PageFormat::kTq3).free_pages(), 16u);
+  EXPECT_EQ(st.block_table(s)[0].layers[0].format, PageFormat::kFp8);
+  st.check_invariants();
+}
+
+TEST(KvStore, ForkSharesFullPagesAndCopiesThePartialOne) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId a = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 6);
+  st.append(a, r.ids, r.k, r.v);
+  const SeqId b = st.fork(a);
+  const auto ta = st.block_table(a), tb = st.block_table(b);
+  EXPECT_EQ(ta[0].layers, tb[0].layers);
+  EXPECT_EQ(tb[1].layers, (std::vector<PageEntry>{{PageFormat::kFp8, 5}, {PageFormat::kFp8, 6}}));
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(2, 1));
+  EXPECT_EQ(st.refs({PageFormat::kFp8, 3}), R(1));
+  for (int l = 0; l < 2; ++l) {
+    auto pa = st.pool(PageFormat::kFp8).bytes(ta[1].layers[l].id), pb = st.pool(PageFormat::kFp8).bytes(tb[1].layers[l].id);
+    EXPECT_TRUE(std::equal(pa.begin(), pa.end(), pb.begin()));
+  }
+  auto more = random_rows(rng, st.config(), 1, 50);
+  st.append(b, more.ids, more.k, more.v);  // writes b's private copy only
+  EXPECT_EQ(st.block_table(a)[1].filled, 2u);
+  EXPECT_EQ(st.block_table(b)[1].filled, 3u);
+  st.check_invariants();
+}
+
+TEST(KvStore, ErrorsLeaveTheStoreUnchanged) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config(4, 2));
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 4);
+  st.append(s, r.ids, r.k, r.v);
+  const auto before = st.block_table(s);
+  auto big = random_rows(rng, st.config(), 9);
+  EXPECT_THROW(st.append(s, big.ids, big.k, big.v), OutOfCapacity);
+  EXPECT_EQ(st.block_table(s).size(), before.size());
+  EXPECT_EQ(st.length(s), 4u);
+  EXPECT_THROW(st.append(s, big.ids, r.k, r.v), InvalidArgument);      // size mismatch
+  EXPECT_THROW(st.append(999, r.ids, r.k, r.v), InvalidArgument);      // unknown sequence
+  EXPECT_THROW(st.apply(std::vector<KvStore::Transition>{{s, 3, Tier::kStale}}), InvalidArgument);
+  EXPECT_THROW(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}, {s, 0, Tier::kAnchor}}),
+               InvalidArgument);
+  st.finish(s);
+  EXPECT_THROW(st.finish(s), InvalidArgument);                          // double finish
+  EXPECT_THROW(st.append(s, r.ids, r.k, r.v), InvalidArgument);        // append after finish
+  EXPECT_THROW(st.pin(s), InvalidArgument);
+  EXPECT_EQ(st.evict_cached(10), 1u);
+  EXPECT_EQ(st.match_prefix(r.ids), 0u);                                // lookup after eviction: a miss
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 4u);
+  st.check_invariants();
+}
+
+TEST(KvStore, OutOfCapacityAppendEvictsOnlyWhenItSucceeds) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config(4, 2));
+  const SeqId a = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 4);
+  st.append(a, r.ids, r.k, r.v);
+  st.finish(a);  // pages 1, 2 stay cached
+  const SeqId b = st.create_sequence();
+  auto r2 = random_rows(rng, st.config(), 8, 40);
+  st.append(b, r2.ids, r2.k, r2.v);  // needs 4 pages: evicts the cached pair
+  EXPECT_EQ(st.lru_snapshot().size(), 0u);
+  EXPECT_EQ(st.pool(PageFormat::kFp8).free_pages(), 0u);
+  st.check_invariants();
+}
+
+TEST(KvStore, AccountingReconcilesToTheByte) {
+  auto rng = testing::rng_for_test();
+  KvStore st(small_config());
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, st.config(), 10);
+  st.append(s, r.ids, r.k, r.v);
+  st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}, {s, 1, Tier::kAnchor}});
+  const Accounting a = st.accounting();
+  EXPECT_TRUE(a.reconciled);
+  const size_t fp8 = st.pool(PageFormat::kFp8).page_bytes(), tq3 = st.pool(PageFormat::kTq3).page_bytes();
+  EXPECT_EQ(a.tier_bytes[static_cast<int>(Tier::kStale)], 2 * tq3);
+  EXPECT_EQ(a.tier_bytes[static_cast<int>(Tier::kAnchor)], 2 * fp8);
+  EXPECT_EQ(a.tier_bytes[static_cast<int>(Tier::kRecent)], 2 * fp8);
+  EXPECT_EQ(a.formats[static_cast<int>(PageFormat::kFp8)].cache_only_pages, 2u);  // FP8 copy of page 0
+  EXPECT_EQ(a.live_tokens, 10u);
+  EXPECT_EQ(a.used_bytes(), 6 * fp8 + 2 * tq3);
+  EXPECT_DOUBLE_EQ(a.bytes_per_live_token(), static_cast<double>(4 * fp8 + 2 * tq3 + a.block_table_bytes) / 10.0);
+}
+
+TEST(KvStore, ModesChooseTheAppendFormat) {
+  auto rng = testing::rng_for_test();
+  auto cfg = small_config(0, 0, 8);
+  cfg.mode = KvMode::kBf16;
+  KvStore st(cfg);
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, cfg, 4);
+  st.append(s, r.ids, r.k, r.v);
+  EXPECT_EQ(st.block_table(s)[0].layers[0].format, PageFormat::kBf16);
+  EXPECT_THROW(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}}), InvalidArgument);
+  st.check_invariants();
+}
+
+}  // namespace
+}  // namespace minimakv::cache
