@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "codec_report.h"
+#include "stress_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"minimakv: a paged KV cache with FP8 and TQ3 pages for long-context LLM inference"};
@@ -17,9 +18,16 @@ int main(int argc, char** argv) {
   codec->add_option("--vectors", cr.vectors, "vectors per (head_dim, distribution) cell")->check(CLI::Range(64, 1000000));
   codec->add_flag("--json", cr.json, "machine-readable output");
 
+  minimakv::app::StressCmdOptions so;
+  auto* stress = app.add_subcommand("stress", "randomized model-based simulation of the paged KV store");
+  stress->add_option("--ops", so.ops, "operations to run")->check(CLI::Range(uint64_t{1}, uint64_t{1000000000}));
+  stress->add_option("--seed", so.seed, "random seed");
+  stress->add_flag("--json", so.json, "machine-readable output");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
+    if (stress->parsed()) return minimakv::app::run_stress_cmd(so);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minimakv: error: %s\n", e.what());
     return 1;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -17,14 +18,14 @@ TEST(StoreConcurrency, ReadersRetierAndEvictionRace) {
   MINIMAKV_SEED_TRACE();
   auto cfg = testing::small_config(400, 400);
   KvStore st(cfg);
-  std::vector<SeqId> seqs;
+  std::array<std::atomic<SeqId>, 6> seqs;  // replaced by the writer while readers pick from it
   {
     auto rng = testing::rng_for_test();
     for (int i = 0; i < 6; ++i) {
       const SeqId s = st.create_sequence();
       auto r = testing::random_rows(rng, cfg, 24, i * 1000);
       st.append(s, r.ids, r.k, r.v);
-      seqs.push_back(s);
+      seqs[i].store(s);
     }
   }
   std::atomic<bool> stop{false};
@@ -34,7 +35,7 @@ TEST(StoreConcurrency, ReadersRetierAndEvictionRace) {
     readers.emplace_back([&, t] {
       std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(t));
       while (!stop.load()) {
-        const SeqId s = seqs[rng() % seqs.size()];
+        const SeqId s = seqs[rng() % seqs.size()].load();
         try {
           auto pin = st.pin(s);
           std::vector<uint64_t> before;
@@ -69,18 +70,19 @@ TEST(StoreConcurrency, ReadersRetierAndEvictionRace) {
   std::mt19937_64 rng(testing::test_seed() + 7);
   for (int round = 0; round < 60; ++round) {
     std::vector<KvStore::Transition> plan;
-    for (SeqId s : seqs) {
+    for (const auto& slot : seqs) {
+      const SeqId s = slot.load();
       const auto n = st.block_table(s).size();
       for (uint32_t p = 0; p + 1 < n; ++p) plan.push_back({s, p, (rng() + round) % 2 ? Tier::kStale : Tier::kAnchor});
     }
     st.apply(plan);
     if (round % 10 == 9) {  // replace one sequence: finish races with readers
       const size_t i = rng() % seqs.size();
-      st.finish(seqs[i]);
+      st.finish(seqs[i].load());
       const SeqId s = st.create_sequence();
       auto r = testing::random_rows(rng, cfg, 12, static_cast<int32_t>(i) * 1000);
       st.append(s, r.ids, r.k, r.v);
-      seqs[i] = s;
+      seqs[i].store(s);
     }
   }
   stop.store(true);
@@ -88,7 +90,7 @@ TEST(StoreConcurrency, ReadersRetierAndEvictionRace) {
   lookups.join();
   EXPECT_EQ(bad.load(), 0);
   st.check_invariants();
-  for (SeqId s : seqs) st.finish(s);
+  for (const auto& slot : seqs) st.finish(slot.load());
   st.evict_cached(static_cast<size_t>(-1));
   EXPECT_EQ(st.pool(PageFormat::kFp8).used_pages() + st.pool(PageFormat::kTq3).used_pages(), 0u);
 }
