@@ -1,0 +1,301 @@
+#include "minimakv/attention/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "minimakv/cache/kv_store.h"
+#include "minimakv/codec/fp8_e4m3.h"
+#include "minimakv/codec/half.h"
+#include "minimakv/codec/tq3.h"
+
+namespace minimakv::attention {
+
+namespace {
+
+using codec::PageFormat;
+constexpr int kMaxGroup = 8;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Luts {
+  float e4m3[256];
+  float tq3[8];
+  Luts() {
+    for (int c = 0; c < 256; ++c) e4m3[c] = codec::fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    for (int c = 0; c < 8; ++c) tq3[c] = codec::tq3_level(c);
+  }
+};
+const Luts& luts() {
+  static const Luts l;
+  return l;
+}
+
+// Decodes one K or V row of (head, token) into out[d] and returns the row's scale: 1 for BF16, the
+// fp32 scale for FP8, alpha for TQ3 (whose out[] then holds unscaled levels in the rotated domain).
+float decode_row(const PageView& pv, const codec::PageLayout& L, bool value, int h, int t, int d, float* out) {
+  const uint8_t* base = pv.data + (value ? L.v_codes(h, t) : L.k_codes(h, t));
+  const auto& lut = luts();
+  switch (pv.format) {
+    case PageFormat::kBf16:
+      for (int i = 0; i < d; ++i) {
+        uint16_t b;
+        std::memcpy(&b, base + 2 * i, 2);
+        out[i] = codec::bf16_to_float(b);
+      }
+      return 1.0f;
+    case PageFormat::kFp8: {
+      for (int i = 0; i < d; ++i) out[i] = lut.e4m3[base[i]];
+      float s;
+      std::memcpy(&s, pv.data + (value ? L.v_meta(h, t) : L.k_meta(h, t)), 4);
+      return s;
+    }
+    case PageFormat::kTq3: {
+      for (int g = 0; g < d / 8; ++g) {
+        const uint8_t* p = base + 3 * g;
+        const uint32_t w = p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16);
+        for (int j = 0; j < 8; ++j) out[8 * g + j] = lut.tq3[(w >> (3 * j)) & 7u];
+      }
+      uint16_t a;
+      std::memcpy(&a, pv.data + (value ? L.v_meta(h, t) : L.k_meta(h, t)), 2);
+      return codec::half_to_float(a);
+    }
+  }
+  return 0.0f;
+}
+
+float dot(const float* a, const float* b, int d) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < d; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void axpy(float w, const float* x, float* y, int d) {
+  for (int i = 0; i < d; ++i) y[i] += w * x[i];
+}
+
+struct SplitOut {
+  float m[kMaxGroup];
+  float l[kMaxGroup];
+  std::vector<float> o;  // [G][d], normalised
+};
+
+// One (query, KV head, page range): the split's (m, l, O) for the G query heads of the group.
+void run_split(const LayerInput& in, const float* qn, uint32_t limit, int h, size_t p0, size_t p1, float scale,
+               SplitOut& res, float* m_page, float* l_page) {
+  const int d = in.head_dim, G = in.q_heads / in.kv_heads;
+  alignas(64) float q[kMaxGroup][codec::kMaxHeadDim];
+  alignas(64) float qr[kMaxGroup][codec::kMaxHeadDim];
+  alignas(64) float acc[kMaxGroup][codec::kMaxHeadDim];
+  alignas(64) float accr[kMaxGroup][codec::kMaxHeadDim];
+  alignas(64) float row[codec::kMaxHeadDim];
+  bool any_tq3 = false;
+  for (size_t p = p0; p < p1; ++p) any_tq3 |= in.pages[p].format == PageFormat::kTq3;
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < d; ++i) q[g][i] = qn[(h * G + g) * d + i] * scale;
+    if (any_tq3) {
+      std::memcpy(qr[g], q[g], sizeof(float) * d);
+      in.rotations[h].forward({qr[g], static_cast<size_t>(d)});  // once per split, not per key
+    }
+    std::fill(acc[g], acc[g] + d, 0.0f);
+    std::fill(accr[g], accr[g] + d, 0.0f);
+    res.m[g] = kNegInf;
+    res.l[g] = 0.0f;
+  }
+  thread_local std::vector<float> s;
+  for (size_t p = p0; p < p1; ++p) {
+    const PageView& pv = in.pages[p];
+    const codec::PageLayout& L = *in.layouts[static_cast<int>(pv.format)];
+    uint32_t nt = pv.tokens;
+    if (pv.first_position > limit) nt = 0;
+    else nt = std::min<uint32_t>(nt, limit - pv.first_position + 1);
+    float* mp_out = m_page ? m_page + p * in.q_heads + h * G : nullptr;
+    float* lp_out = l_page ? l_page + p * in.q_heads + h * G : nullptr;
+    if (nt == 0) {
+      for (int g = 0; g < G && mp_out; ++g) {
+        mp_out[g] = kNegInf;
+        lp_out[g] = 0.0f;
+      }
+      continue;
+    }
+    s.resize(static_cast<size_t>(G) * nt);
+    const bool tq3 = pv.format == PageFormat::kTq3;
+    for (uint32_t t = 0; t < nt; ++t) {
+      const float ks = decode_row(pv, L, false, h, static_cast<int>(t), d, row);  // once for the whole group
+      for (int g = 0; g < G; ++g) s[g * nt + t] = ks * dot(tq3 ? qr[g] : q[g], row, d);
+    }
+    for (int g = 0; g < G; ++g) {
+      float* sg = s.data() + static_cast<size_t>(g) * nt;
+      float mp = kNegInf;
+      for (uint32_t t = 0; t < nt; ++t) mp = std::max(mp, sg[t]);
+      const float m_new = std::max(res.m[g], mp);
+      const float c_old = res.m[g] == kNegInf ? 0.0f : std::exp(res.m[g] - m_new);
+      if (c_old != 1.0f) {
+        for (int i = 0; i < d; ++i) {
+          acc[g][i] *= c_old;
+          accr[g][i] *= c_old;
+        }
+      }
+      float lp = 0.0f, sum = 0.0f;
+      const float c_page = std::exp(mp - m_new);
+      for (uint32_t t = 0; t < nt; ++t) {
+        const float e = std::exp(sg[t] - mp);
+        lp += e;
+        sg[t] = e * c_page;  // weight relative to the running max
+        sum += sg[t];
+      }
+      res.l[g] = res.l[g] * c_old + sum;
+      res.m[g] = m_new;
+      if (mp_out) {
+        mp_out[g] = mp;
+        lp_out[g] = lp;
+      }
+    }
+    for (uint32_t t = 0; t < nt; ++t) {
+      const float vs = decode_row(pv, L, true, h, static_cast<int>(t), d, row);
+      for (int g = 0; g < G; ++g) axpy(s[g * nt + t] * vs, row, tq3 ? accr[g] : acc[g], d);
+    }
+  }
+  res.o.assign(static_cast<size_t>(G) * d, 0.0f);
+  for (int g = 0; g < G; ++g) {
+    if (any_tq3) {
+      in.rotations[h].inverse({accr[g], static_cast<size_t>(d)});  // one inverse rotation per output
+      for (int i = 0; i < d; ++i) acc[g][i] += accr[g][i];
+    }
+    const float inv = res.l[g] > 0.0f ? 1.0f / res.l[g] : 0.0f;
+    for (int i = 0; i < d; ++i) res.o[static_cast<size_t>(g) * d + i] = acc[g][i] * inv;
+  }
+}
+
+void validate(const LayerInput& in, const QueryBlock& qb, size_t out_size) {
+  auto fail = [](const std::string& m) { throw std::invalid_argument("attend: " + m); };
+  codec::require_supported_head_dim(in.head_dim, "attend");
+  if (in.kv_heads < 1 || in.q_heads < in.kv_heads || in.q_heads % in.kv_heads != 0 ||
+      in.q_heads / in.kv_heads > kMaxGroup)
+    fail("q_heads must be a multiple of kv_heads with a GQA ratio of 1..8");
+  if (qb.n < 1) fail("a query block needs at least one query");
+  const size_t need = static_cast<size_t>(qb.n) * in.q_heads * in.head_dim;
+  if (qb.q.size() != need || out_size != need) fail("query/output spans must hold n * q_heads * head_dim floats");
+  for (const PageView& pv : in.pages) {
+    const auto* L = in.layouts[static_cast<int>(pv.format)];
+    if (!L || !pv.data) fail("a page's format has no layout or the page has no data");
+    if (L->geometry().head_dim != in.head_dim || L->geometry().kv_heads != in.kv_heads) fail("layout geometry");
+    if (pv.tokens > static_cast<uint32_t>(L->geometry().tokens_per_page)) fail("page holds more tokens than it can");
+    if (pv.format == PageFormat::kTq3 && in.rotations.size() != static_cast<size_t>(in.kv_heads))
+      fail("TQ3 pages need one rotation per KV head");
+  }
+}
+
+}  // namespace
+
+void attend(const LayerInput& in, const QueryBlock& qb, std::span<float> out, PagePartials* partials,
+            const AttendOptions& opt) {
+  validate(in, qb, out.size());
+  const int d = in.head_dim, G = in.q_heads / in.kv_heads;
+  const float scale = in.softmax_scale > 0.0f ? in.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const size_t P = in.pages.size();
+  size_t B = 16;
+  for (const PageView& pv : in.pages) B = static_cast<size_t>(in.layouts[static_cast<int>(pv.format)]->geometry().tokens_per_page);
+  size_t pps = opt.pages_per_split > 0 ? static_cast<size_t>(opt.pages_per_split) : (128 + B - 1) / B;
+  if (opt.pages_per_split <= 0 && opt.pool) {
+    const size_t want = std::max<size_t>(1, 2 * opt.pool->size() / static_cast<size_t>(qb.n * in.kv_heads));
+    pps = std::max(pps, (P + want - 1) / want);
+  }
+  if (opt.pages_per_split <= 0 && !opt.pool) pps = std::max<size_t>(pps, P);  // one split per head
+  pps = std::max<size_t>(pps, 1);
+  const size_t splits = P == 0 ? 1 : (P + pps - 1) / pps;
+  if (partials) {
+    partials->pages = static_cast<int>(P);
+    partials->q_heads = in.q_heads;
+    partials->queries = qb.n;
+    partials->m_page.assign(static_cast<size_t>(qb.n) * P * in.q_heads, kNegInf);
+    partials->l_page.assign(static_cast<size_t>(qb.n) * P * in.q_heads, 0.0f);
+    partials->m.assign(static_cast<size_t>(qb.n) * in.q_heads, kNegInf);
+    partials->l.assign(static_cast<size_t>(qb.n) * in.q_heads, 0.0f);
+  }
+  std::vector<SplitOut> parts(static_cast<size_t>(qb.n) * in.kv_heads * splits);
+  auto task = [&](size_t i) {
+    const size_t sp = i % splits, h = (i / splits) % static_cast<size_t>(in.kv_heads), n = i / (splits * in.kv_heads);
+    const size_t p0 = sp * pps, p1 = std::min(P, p0 + pps);
+    float* mp = partials ? partials->m_page.data() + n * P * in.q_heads : nullptr;
+    float* lp = partials ? partials->l_page.data() + n * P * in.q_heads : nullptr;
+    run_split(in, qb.q.data() + n * in.q_heads * d, qb.first_position + static_cast<uint32_t>(n), static_cast<int>(h),
+              p0, p1, scale, parts[i], mp, lp);
+  };
+  if (opt.pool && parts.size() > 1) opt.pool->parallel_for(parts.size(), task);
+  else
+    for (size_t i = 0; i < parts.size(); ++i) task(i);
+  // Merge the splits of each (query, KV head) under one softmax.
+  for (int n = 0; n < qb.n; ++n) {
+    for (int h = 0; h < in.kv_heads; ++h) {
+      const SplitOut* sp = &parts[(static_cast<size_t>(n) * in.kv_heads + h) * splits];
+      for (int g = 0; g < G; ++g) {
+        float m = kNegInf;
+        for (size_t j = 0; j < splits; ++j) m = std::max(m, sp[j].m[g]);
+        float l = 0.0f;
+        float* o = out.data() + (static_cast<size_t>(n) * in.q_heads + h * G + g) * d;
+        std::fill(o, o + d, 0.0f);
+        for (size_t j = 0; j < splits; ++j) {
+          if (sp[j].l[g] <= 0.0f) continue;
+          const float w = std::exp(sp[j].m[g] - m) * sp[j].l[g];
+          l += w;
+          axpy(w, sp[j].o.data() + static_cast<size_t>(g) * d, o, d);
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int i = 0; i < d; ++i) o[i] *= inv;
+        if (partials) {
+          partials->m[static_cast<size_t>(n) * in.q_heads + h * G + g] = m;
+          partials->l[static_cast<size_t>(n) * in.q_heads + h * G + g] = l;
+        }
+      }
+    }
+  }
+}
+
+LayerInput layer_input(const cache::KvStore& store, const cache::PinnedSequence& pin, int layer, int q_heads) {
+  LayerInput in;
+  const auto& g = store.geometry();
+  in.q_heads = q_heads;
+  in.kv_heads = g.kv_heads;
+  in.head_dim = g.head_dim;
+  in.rotations = store.rotations(layer);
+  for (int f = 0; f < codec::kNumPageFormats; ++f) in.layouts[f] = &store.pool(static_cast<PageFormat>(f)).layout();
+  const auto& rows = pin.rows();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const cache::PageEntry e = rows[i][layer];
+    const bool last = i + 1 == rows.size();
+    in.pages.push_back({e.format, pin.bytes(e).data(),
+                        last ? pin.last_page_fill() : static_cast<uint32_t>(g.tokens_per_page),
+                        static_cast<uint32_t>(i * g.tokens_per_page)});
+  }
+  return in;
+}
+
+std::vector<float> page_scores(const PagePartials& p, std::span<const int> heads) {
+  std::vector<int> hs(heads.begin(), heads.end());
+  if (hs.empty())
+    for (int h = 0; h < p.q_heads; ++h) hs.push_back(h);
+  std::vector<double> r(static_cast<size_t>(p.pages), 0.0);
+  std::vector<double> q(static_cast<size_t>(p.pages));
+  for (int n = 0; n < p.queries; ++n) {
+    for (int h : hs) {
+      const float m = p.m[static_cast<size_t>(n) * p.q_heads + h], l = p.l[static_cast<size_t>(n) * p.q_heads + h];
+      double total = 0.0;
+      for (int pg = 0; pg < p.pages; ++pg) {
+        const size_t i = (static_cast<size_t>(n) * p.pages + pg) * p.q_heads + h;
+        q[pg] = (l > 0.0f && p.l_page[i] > 0.0f) ? std::exp(static_cast<double>(p.m_page[i]) - m) * p.l_page[i] / l : 0.0;
+        total += q[pg];
+      }
+      for (int pg = 0; pg < p.pages; ++pg) r[pg] += total > 0.0 ? q[pg] / total : 0.0;  // page-addressable mass
+    }
+  }
+  std::vector<float> out(r.size());
+  const double norm = static_cast<double>(hs.size()) * p.queries;
+  for (size_t i = 0; i < r.size(); ++i) out[i] = static_cast<float>(r[i] / norm);
+  return out;
+}
+
+}  // namespace minimakv::attention
