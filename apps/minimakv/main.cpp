@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "attn_bench.h"
 #include "codec_report.h"
 #include "stress_cmd.h"
 
@@ -24,10 +25,21 @@ int main(int argc, char** argv) {
   stress->add_option("--seed", so.seed, "random seed");
   stress->add_flag("--json", so.json, "machine-readable output");
 
+  minimakv::app::AttnBenchOptions ab;
+  auto* attn = app.add_subcommand("attn-bench", "decode attention: dense BF16 vs FP8-only vs mixed FP8/TQ3");
+  attn->add_option("--contexts", ab.contexts, "context lengths in tokens");
+  attn->add_option("--page-size", ab.page_size, "tokens per page")->check(CLI::Range(16, 4096));
+  attn->add_option("--reps", ab.reps, "timed repetitions (after one warm-up)")->check(CLI::Range(3, 100000));
+  attn->add_option("--fp8-fraction", ab.fp8_fraction, "share of FP8 pages in the mixed arm")->check(CLI::Range(0.0, 1.0));
+  attn->add_option("--error-max-context", ab.error_max_context, "largest context with an fp64 error check");
+  attn->add_option("--seed", ab.seed, "random seed");
+  attn->add_flag("--json", ab.json, "machine-readable output");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
     if (stress->parsed()) return minimakv::app::run_stress_cmd(so);
+    if (attn->parsed()) return minimakv::app::run_attn_bench(ab);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minimakv: error: %s\n", e.what());
     return 1;

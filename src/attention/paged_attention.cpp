@@ -11,6 +11,7 @@
 #include "minimakv/codec/fp8_e4m3.h"
 #include "minimakv/codec/half.h"
 #include "minimakv/codec/tq3.h"
+#include "page_kernels.h"
 
 namespace minimakv::attention {
 
@@ -19,59 +20,6 @@ namespace {
 using codec::PageFormat;
 constexpr int kMaxGroup = 8;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Luts {
-  float e4m3[256];
-  float tq3[8];
-  Luts() {
-    for (int c = 0; c < 256; ++c) e4m3[c] = codec::fp8_e4m3_to_float(static_cast<uint8_t>(c));
-    for (int c = 0; c < 8; ++c) tq3[c] = codec::tq3_level(c);
-  }
-};
-const Luts& luts() {
-  static const Luts l;
-  return l;
-}
-
-// Decodes one K or V row of (head, token) into out[d] and returns the row's scale: 1 for BF16, the
-// fp32 scale for FP8, alpha for TQ3 (whose out[] then holds unscaled levels in the rotated domain).
-float decode_row(const PageView& pv, const codec::PageLayout& L, bool value, int h, int t, int d, float* out) {
-  const uint8_t* base = pv.data + (value ? L.v_codes(h, t) : L.k_codes(h, t));
-  const auto& lut = luts();
-  switch (pv.format) {
-    case PageFormat::kBf16:
-      for (int i = 0; i < d; ++i) {
-        uint16_t b;
-        std::memcpy(&b, base + 2 * i, 2);
-        out[i] = codec::bf16_to_float(b);
-      }
-      return 1.0f;
-    case PageFormat::kFp8: {
-      for (int i = 0; i < d; ++i) out[i] = lut.e4m3[base[i]];
-      float s;
-      std::memcpy(&s, pv.data + (value ? L.v_meta(h, t) : L.k_meta(h, t)), 4);
-      return s;
-    }
-    case PageFormat::kTq3: {
-      for (int g = 0; g < d / 8; ++g) {
-        const uint8_t* p = base + 3 * g;
-        const uint32_t w = p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16);
-        for (int j = 0; j < 8; ++j) out[8 * g + j] = lut.tq3[(w >> (3 * j)) & 7u];
-      }
-      uint16_t a;
-      std::memcpy(&a, pv.data + (value ? L.v_meta(h, t) : L.k_meta(h, t)), 2);
-      return codec::half_to_float(a);
-    }
-  }
-  return 0.0f;
-}
-
-float dot(const float* a, const float* b, int d) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < d; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
 
 void axpy(float w, const float* x, float* y, int d) {
   for (int i = 0; i < d; ++i) y[i] += w * x[i];
@@ -91,7 +39,6 @@ void run_split(const LayerInput& in, const float* qn, uint32_t limit, int h, siz
   alignas(64) float qr[kMaxGroup][codec::kMaxHeadDim];
   alignas(64) float acc[kMaxGroup][codec::kMaxHeadDim];
   alignas(64) float accr[kMaxGroup][codec::kMaxHeadDim];
-  alignas(64) float row[codec::kMaxHeadDim];
   bool any_tq3 = false;
   for (size_t p = p0; p < p1; ++p) any_tq3 |= in.pages[p].format == PageFormat::kTq3;
   for (int g = 0; g < G; ++g) {
@@ -123,10 +70,9 @@ void run_split(const LayerInput& in, const float* qn, uint32_t limit, int h, siz
     }
     s.resize(static_cast<size_t>(G) * nt);
     const bool tq3 = pv.format == PageFormat::kTq3;
-    for (uint32_t t = 0; t < nt; ++t) {
-      const float ks = decode_row(pv, L, false, h, static_cast<int>(t), d, row);  // once for the whole group
-      for (int g = 0; g < G; ++g) s[g * nt + t] = ks * dot(tq3 ? qr[g] : q[g], row, d);
-    }
+    // Each K row is decoded once for the whole GQA group.
+    detail::page_logits(pv.format, pv.data + L.k_codes(h, 0), L.row_bytes(), pv.data + L.k_meta(h, 0), nt,
+                        tq3 ? qr[0] : q[0], codec::kMaxHeadDim, G, d, s.data());
     for (int g = 0; g < G; ++g) {
       float* sg = s.data() + static_cast<size_t>(g) * nt;
       float mp = kNegInf;
@@ -139,25 +85,18 @@ void run_split(const LayerInput& in, const float* qn, uint32_t limit, int h, siz
           accr[g][i] *= c_old;
         }
       }
-      float lp = 0.0f, sum = 0.0f;
+      const float lp = detail::exp_sub_sum(sg, nt, mp);  // the page's own l_p
       const float c_page = std::exp(mp - m_new);
-      for (uint32_t t = 0; t < nt; ++t) {
-        const float e = std::exp(sg[t] - mp);
-        lp += e;
-        sg[t] = e * c_page;  // weight relative to the running max
-        sum += sg[t];
-      }
-      res.l[g] = res.l[g] * c_old + sum;
+      for (uint32_t t = 0; t < nt; ++t) sg[t] *= c_page;  // weights relative to the running max
+      res.l[g] = res.l[g] * c_old + lp * c_page;
       res.m[g] = m_new;
       if (mp_out) {
         mp_out[g] = mp;
         lp_out[g] = lp;
       }
     }
-    for (uint32_t t = 0; t < nt; ++t) {
-      const float vs = decode_row(pv, L, true, h, static_cast<int>(t), d, row);
-      for (int g = 0; g < G; ++g) axpy(s[g * nt + t] * vs, row, tq3 ? accr[g] : acc[g], d);
-    }
+    detail::page_accumulate(pv.format, pv.data + L.v_codes(h, 0), L.row_bytes(), pv.data + L.v_meta(h, 0), nt,
+                            s.data(), G, d, tq3 ? accr[0] : acc[0], codec::kMaxHeadDim);
   }
   res.o.assign(static_cast<size_t>(G) * d, 0.0f);
   for (int g = 0; g < G; ++g) {

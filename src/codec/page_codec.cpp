@@ -37,6 +37,24 @@ void check_rotations(std::span<const Rotation> rot, const PageLayout& layout, co
   }
 }
 
+// Everything a page conversion validates before it writes a byte.
+void check_conversion(size_t src_bytes, const PageLayout& SL, PageFormat src_format, size_t dst_bytes,
+                      const PageLayout& DL, PageFormat dst_format, std::span<const Rotation> rotations, int tokens,
+                      const char* where) {
+  const std::string w(where);
+  require(SL.format() == src_format && DL.format() == dst_format,
+          w + ": source must be a " + to_string(src_format) + " layout and destination a " + to_string(dst_format) +
+              " layout");
+  const auto& g = SL.geometry();
+  const auto& dg = DL.geometry();
+  require(g.tokens_per_page == dg.tokens_per_page && g.kv_heads == dg.kv_heads && g.head_dim == dg.head_dim,
+          w + ": source and destination geometries differ");
+  check_page(src_bytes, SL, (w + " (source)").c_str());
+  check_page(dst_bytes, DL, (w + " (destination)").c_str());
+  check_rotations(rotations, SL, where);
+  require(tokens >= 0 && tokens <= g.tokens_per_page, w + ": token count out of range");
+}
+
 template <typename T>
 void store(uint8_t* p, T v) { std::memcpy(p, &v, sizeof v); }
 template <typename T>
@@ -116,16 +134,9 @@ void read_token_head(std::span<const uint8_t> page, const PageLayout& L, int tok
 void convert_fp8_to_tq3(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
                         const PageLayout& DL, std::span<const Rotation> rotations, int tokens, Tq3Policy policy,
                         EncodeStats* stats) {
-  require(SL.format() == PageFormat::kFp8 && DL.format() == PageFormat::kTq3,
-          "convert_fp8_to_tq3: source must be an FP8 layout and destination a TQ3 layout");
+  check_conversion(src.size(), SL, PageFormat::kFp8, dst.size(), DL, PageFormat::kTq3, rotations, tokens,
+                   "convert_fp8_to_tq3");
   const auto& g = SL.geometry();
-  const auto& dg = DL.geometry();
-  require(g.tokens_per_page == dg.tokens_per_page && g.kv_heads == dg.kv_heads && g.head_dim == dg.head_dim,
-          "convert_fp8_to_tq3: source and destination geometries differ");
-  check_page(src.size(), SL, "convert_fp8_to_tq3 (source)");
-  check_page(dst.size(), DL, "convert_fp8_to_tq3 (destination)");
-  check_rotations(rotations, SL, "convert_fp8_to_tq3");
-  require(tokens >= 0 && tokens <= g.tokens_per_page, "convert_fp8_to_tq3: token count out of range");
   std::fill(dst.begin(), dst.end(), uint8_t{0});
   const size_t d = static_cast<size_t>(g.head_dim);
   float buf[kMaxHeadDim];
@@ -149,16 +160,9 @@ void convert_fp8_to_tq3(std::span<const uint8_t> src, const PageLayout& SL, std:
 void convert_tq3_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
                         const PageLayout& DL, std::span<const Rotation> rotations, int tokens,
                         EncodeStats* stats) {
-  require(SL.format() == PageFormat::kTq3 && DL.format() == PageFormat::kFp8,
-          "convert_tq3_to_fp8: source must be a TQ3 layout and destination an FP8 layout");
+  check_conversion(src.size(), SL, PageFormat::kTq3, dst.size(), DL, PageFormat::kFp8, rotations, tokens,
+                   "convert_tq3_to_fp8");
   const auto& g = SL.geometry();
-  const auto& dg = DL.geometry();
-  require(g.tokens_per_page == dg.tokens_per_page && g.kv_heads == dg.kv_heads && g.head_dim == dg.head_dim,
-          "convert_tq3_to_fp8: source and destination geometries differ");
-  check_page(src.size(), SL, "convert_tq3_to_fp8 (source)");
-  check_page(dst.size(), DL, "convert_tq3_to_fp8 (destination)");
-  check_rotations(rotations, SL, "convert_tq3_to_fp8");
-  require(tokens >= 0 && tokens <= g.tokens_per_page, "convert_tq3_to_fp8: token count out of range");
   std::fill(dst.begin(), dst.end(), uint8_t{0});
   const size_t d = static_cast<size_t>(g.head_dim);
   float buf[kMaxHeadDim];
