@@ -10,6 +10,7 @@
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -120,11 +121,37 @@ HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, i
 
 void PageLogits(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
                 const float* q, size_t q_stride, int G, int d, float* s) {
-  alignas(64) float row[codec::kMaxHeadDim];
-  for (uint32_t t = 0; t < nt; ++t) {
-    DecodeRow(f, codes + t * row_bytes, d, row);
-    const float scale = RowScale(f, meta, t);
-    for (int g = 0; g < G; ++g) s[static_cast<size_t>(g) * nt + t] = scale * Dot(q + g * q_stride, row, d);
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  constexpr uint32_t kTile = 4;
+  alignas(64) float rows[kTile][codec::kMaxHeadDim];
+  for (uint32_t t0 = 0; t0 < nt; t0 += kTile) {
+    const uint32_t n = std::min(kTile, nt - t0);
+    for (uint32_t j = 0; j < n; ++j) DecodeRow(f, codes + (t0 + j) * row_bytes, d, rows[j]);
+    for (int g = 0; g < G; ++g) {
+      const float* qg = q + g * q_stride;
+      float* sg = s + static_cast<size_t>(g) * nt + t0;
+      if (n == kTile) {  // one query load feeds four rows
+        auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+        for (int i = 0; i < d; i += static_cast<int>(N)) {
+          const auto qv = hn::LoadU(df, qg + i);
+          a0 = hn::MulAdd(qv, hn::LoadU(df, rows[0] + i), a0);
+          a1 = hn::MulAdd(qv, hn::LoadU(df, rows[1] + i), a1);
+          a2 = hn::MulAdd(qv, hn::LoadU(df, rows[2] + i), a2);
+          a3 = hn::MulAdd(qv, hn::LoadU(df, rows[3] + i), a3);
+        }
+        sg[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+        sg[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+        sg[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+        sg[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+      } else {
+        for (uint32_t j = 0; j < n; ++j) sg[j] = Dot(qg, rows[j], d);
+      }
+    }
+    for (uint32_t j = 0; j < n; ++j) {
+      const float scale = RowScale(f, meta, t0 + j);
+      for (int g = 0; g < G; ++g) s[static_cast<size_t>(g) * nt + t0 + j] *= scale;
+    }
   }
 }
 
@@ -132,15 +159,36 @@ void PageAccumulate(codec::PageFormat f, const uint8_t* codes, size_t row_bytes,
                     const float* w, int G, int d, float* acc, size_t acc_stride) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
-  alignas(64) float row[codec::kMaxHeadDim];
-  for (uint32_t t = 0; t < nt; ++t) {
-    DecodeRow(f, codes + t * row_bytes, d, row);
-    const float scale = RowScale(f, meta, t);
+  constexpr uint32_t kTile = 4;  // rows decoded per pass: each accumulator is loaded and stored once per tile
+  alignas(64) float rows[kTile][codec::kMaxHeadDim];
+  for (uint32_t t0 = 0; t0 < nt; t0 += kTile) {
+    const uint32_t n = std::min(kTile, nt - t0);
+    float scale[kTile];
+    for (uint32_t j = 0; j < n; ++j) {
+      DecodeRow(f, codes + (t0 + j) * row_bytes, d, rows[j]);
+      scale[j] = RowScale(f, meta, t0 + j);
+    }
     for (int g = 0; g < G; ++g) {
-      const auto wv = hn::Set(df, w[static_cast<size_t>(g) * nt + t] * scale);
       float* a = acc + g * acc_stride;
-      for (int i = 0; i < d; i += static_cast<int>(N))
-        hn::StoreU(hn::MulAdd(wv, hn::LoadU(df, row + i), hn::LoadU(df, a + i)), df, a + i);
+      const float* wg = w + static_cast<size_t>(g) * nt + t0;
+      if (n == kTile) {
+        const auto w0 = hn::Set(df, wg[0] * scale[0]), w1 = hn::Set(df, wg[1] * scale[1]);
+        const auto w2 = hn::Set(df, wg[2] * scale[2]), w3 = hn::Set(df, wg[3] * scale[3]);
+        for (int i = 0; i < d; i += static_cast<int>(N)) {
+          auto v = hn::LoadU(df, a + i);
+          v = hn::MulAdd(w0, hn::LoadU(df, rows[0] + i), v);
+          v = hn::MulAdd(w1, hn::LoadU(df, rows[1] + i), v);
+          v = hn::MulAdd(w2, hn::LoadU(df, rows[2] + i), v);
+          v = hn::MulAdd(w3, hn::LoadU(df, rows[3] + i), v);
+          hn::StoreU(v, df, a + i);
+        }
+      } else {
+        for (uint32_t j = 0; j < n; ++j) {
+          const auto wv = hn::Set(df, wg[j] * scale[j]);
+          for (int i = 0; i < d; i += static_cast<int>(N))
+            hn::StoreU(hn::MulAdd(wv, hn::LoadU(df, rows[j] + i), hn::LoadU(df, a + i)), df, a + i);
+        }
+      }
     }
   }
 }
