@@ -19,3 +19,10 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "bootstrap: Debian packages present (${#pkgs[@]})"
+
+# Reference libraries the parity tests compare our C++ against (PyPI), in the project's own venv.
+if [[ ! -x .venv/bin/python3 ]] || ! .venv/bin/python3 -c "import tokenizers" 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "tokenizers>=0.20,<1"
+fi
+echo "bootstrap: reference venv .venv ($(.venv/bin/python3 -c 'import tokenizers; print("tokenizers", tokenizers.__version__)'))"

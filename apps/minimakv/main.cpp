@@ -7,6 +7,7 @@
 #include "attn_bench.h"
 #include "codec_report.h"
 #include "stress_cmd.h"
+#include "tokenize_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"minimakv: a paged KV cache with FP8 and TQ3 pages for long-context LLM inference"};
@@ -35,11 +36,16 @@ int main(int argc, char** argv) {
   attn->add_option("--seed", ab.seed, "random seed");
   attn->add_flag("--json", ab.json, "machine-readable output");
 
+  std::string tok_model = "models/minima-qwen3-23m";
+  auto* tokc = app.add_subcommand("tokenize", "encode a JSON array of strings from stdin (tokenizer parity)");
+  tokc->add_option("--model", tok_model, "model directory holding tokenizer.json");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
     if (stress->parsed()) return minimakv::app::run_stress_cmd(so);
     if (attn->parsed()) return minimakv::app::run_attn_bench(ab);
+    if (tokc->parsed()) return minimakv::app::run_tokenize(tok_model);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minimakv: error: %s\n", e.what());
     return 1;
