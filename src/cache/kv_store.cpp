@@ -320,23 +320,20 @@ std::pair<SeqId, size_t> KvStore::create_sequence_with_prefix(std::span<const in
   return {id, covered};
 }
 
-void KvStore::append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v) {
+void KvStore::begin_append(SeqId seq, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
-  Sequence& s = live_seq(seq, "append");
+  Sequence& s = live_seq(seq, "begin_append");
+  if (s.pending) throw InvalidArgument("begin_append: sequence " + std::to_string(seq) + " has an append in progress");
   const size_t n = ids.size();
-  const size_t row_floats = static_cast<size_t>(cfg_.layers) * cfg_.kv_heads * cfg_.head_dim;
-  if (k.size() != n * row_floats || v.size() != n * row_floats) {
-    throw InvalidArgument("append: " + std::to_string(n) + " tokens need " + std::to_string(n * row_floats) +
-                          " floats of K and of V, got " + std::to_string(k.size()) + " and " + std::to_string(v.size()));
-  }
   if (n == 0) return;
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
   const size_t space = (!s.rows.empty() && s.rows.back().filled < B) ? B - s.rows.back().filled : 0;
   const size_t new_rows = n > space ? (n - space + B - 1) / B : 0;
   const PageFormat f = append_format();
   reserve_free(f, new_rows * static_cast<size_t>(cfg_.layers));  // throws before any change
-
-  const size_t head_floats = static_cast<size_t>(cfg_.kv_heads) * cfg_.head_dim;
+  s.pending_first = s.tokens.size();
+  s.pending = n;
+  s.written.assign(cfg_.layers, false);
   for (size_t t = 0; t < n; ++t) {
     if (s.rows.empty() || s.rows.back().filled == B) {
       Row r;
@@ -348,23 +345,76 @@ void KvStore::append(SeqId seq, std::span<const int32_t> ids, std::span<const fl
       }
       s.rows.push_back(std::move(r));
     }
-    Row& r = s.rows.back();
-    for (int l = 0; l < cfg_.layers; ++l) {
-      const size_t off = (t * cfg_.layers + l) * head_floats;
-      codec::write_token(pool_mut(f).mutable_bytes(r.layers[l].id), pool(f).layout(), static_cast<int>(r.filled),
-                         k.subspan(off, head_floats), v.subspan(off, head_floats));
-    }
-    ++r.filled;
+    ++s.rows.back().filled;
     s.tokens.push_back(ids[t]);
-    if (r.filled == B) seal_row(s, s.rows.size() - 1);
   }
   ++ops_;
   debug_check();
 }
 
+void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v) {
+  std::lock_guard lock(mu_);
+  Sequence& s = live_seq(seq, "write_layer");
+  if (!s.pending) throw InvalidArgument("write_layer: no append in progress on sequence " + std::to_string(seq));
+  if (layer < 0 || layer >= cfg_.layers) throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " out of range");
+  if (s.written[layer]) throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " already written");
+  const size_t head_floats = static_cast<size_t>(cfg_.kv_heads) * cfg_.head_dim;
+  if (k.size() != s.pending * head_floats || v.size() != k.size()) {
+    throw InvalidArgument("write_layer: " + std::to_string(s.pending) + " tokens need " +
+                          std::to_string(s.pending * head_floats) + " floats of K and of V per layer, got " +
+                          std::to_string(k.size()) + " and " + std::to_string(v.size()));
+  }
+  const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
+  const PageFormat f = append_format();
+  for (size_t t = 0; t < s.pending; ++t) {
+    const size_t pos = s.pending_first + t;
+    const PageEntry e = s.rows[pos / B].layers[layer];
+    codec::write_token(pool_mut(f).mutable_bytes(e.id), pool(f).layout(), static_cast<int>(pos % B),
+                       k.subspan(t * head_floats, head_floats), v.subspan(t * head_floats, head_floats));
+  }
+  s.written[layer] = true;
+}
+
+void KvStore::commit_append(SeqId seq) {
+  std::lock_guard lock(mu_);
+  Sequence& s = live_seq(seq, "commit_append");
+  if (!s.pending) return;
+  for (int l = 0; l < cfg_.layers; ++l)
+    if (!s.written[l]) throw InvalidArgument("commit_append: layer " + std::to_string(l) + " was not written");
+  const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
+  for (size_t r = s.pending_first / B; r < s.rows.size(); ++r)
+    if (s.rows[r].filled == B && !s.rows[r].sealed) seal_row(s, r);
+  s.pending = 0;
+  ++ops_;
+  debug_check();
+}
+
+void KvStore::append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v) {
+  const size_t n = ids.size();
+  const size_t head_floats = static_cast<size_t>(cfg_.kv_heads) * cfg_.head_dim;
+  const size_t row_floats = static_cast<size_t>(cfg_.layers) * head_floats;
+  if (k.size() != n * row_floats || v.size() != n * row_floats) {
+    throw InvalidArgument("append: " + std::to_string(n) + " tokens need " + std::to_string(n * row_floats) +
+                          " floats of K and of V, got " + std::to_string(k.size()) + " and " + std::to_string(v.size()));
+  }
+  begin_append(seq, ids);
+  if (n == 0) return;
+  std::vector<float> kl(n * head_floats), vl(n * head_floats);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    for (size_t t = 0; t < n; ++t) {
+      const size_t off = (t * cfg_.layers + l) * head_floats;
+      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(off), head_floats, kl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(off), head_floats, vl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
+    }
+    write_layer(seq, l, kl, vl);
+  }
+  commit_append(seq);
+}
+
 SeqId KvStore::fork(SeqId parent) {
   std::lock_guard lock(mu_);
   Sequence& p = live_seq(parent, "fork");
+  if (p.pending) throw InvalidArgument("fork: sequence " + std::to_string(parent) + " has an append in progress");
   const bool partial = !p.rows.empty() && !p.rows.back().sealed;
   if (partial) reserve_free(p.rows.back().layers[0].format, static_cast<size_t>(cfg_.layers));
   Sequence s;
@@ -737,8 +787,9 @@ void KvStore::check_invariants_locked() const {
       const Row& r = s.rows[i];
       const bool last = i + 1 == s.rows.size();
       if (r.layers.size() != static_cast<size_t>(cfg_.layers)) fail("row without one page per layer");
-      if (!last && (r.filled != B || !r.sealed)) fail("a non-last page is not full and sealed");
-      if (r.sealed != (r.filled == B)) fail("sealed flag does not match fill");
+      const bool in_pending = s.pending && (i + 1) * B > s.pending_first;  // rows an append is still writing
+      if (!last && (r.filled != B || (!r.sealed && !in_pending))) fail("a non-last page is not full and sealed");
+      if (r.sealed != (r.filled == B) && !in_pending) fail("sealed flag does not match fill");
       if (last && r.filled != s.tokens.size() - i * B) fail("fill of the last page");
       for (int l = 0; l < cfg_.layers; ++l) {
         const PageEntry e = r.layers[l];

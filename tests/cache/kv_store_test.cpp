@@ -2,6 +2,8 @@
 // tables after each operation, and error paths that must leave the store unchanged.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "cache/store_fixture.h"
 #include "test_util.h"
 
@@ -247,6 +249,51 @@ TEST(KvStore, ModesChooseTheAppendFormat) {
   st.append(s, r.ids, r.k, r.v);
   EXPECT_EQ(st.block_table(s)[0].layers[0].format, PageFormat::kBf16);
   EXPECT_THROW(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}}), InvalidArgument);
+  st.check_invariants();
+}
+
+}  // namespace
+}  // namespace minimakv::cache
+
+namespace minimakv::cache {
+namespace {
+
+TEST(KvStore, LayerByLayerAppendSealsOnlyAtCommit) {
+  auto rng = testing::rng_for_test();
+  KvStore st(testing::small_config());
+  const SeqId s = st.create_sequence();
+  auto r = testing::random_rows(rng, st.config(), 6);
+  const size_t per_layer = static_cast<size_t>(st.config().kv_heads) * st.config().head_dim;
+  st.begin_append(s, r.ids);
+  EXPECT_EQ(st.length(s), 6u);
+  EXPECT_FALSE(st.block_table(s)[0].sealed);  // full but still being written
+  EXPECT_THROW(st.begin_append(s, r.ids), InvalidArgument);
+  EXPECT_THROW(st.fork(s), InvalidArgument);
+  std::vector<float> k1(6 * per_layer), v1(6 * per_layer), k0(6 * per_layer), v0(6 * per_layer);
+  for (size_t t = 0; t < 6; ++t)
+    for (size_t i = 0; i < per_layer; ++i) {
+      k0[t * per_layer + i] = r.k[(t * 2 + 0) * per_layer + i];
+      v0[t * per_layer + i] = r.v[(t * 2 + 0) * per_layer + i];
+      k1[t * per_layer + i] = r.k[(t * 2 + 1) * per_layer + i];
+      v1[t * per_layer + i] = r.v[(t * 2 + 1) * per_layer + i];
+    }
+  st.write_layer(s, 1, k1, v1);  // any order
+  EXPECT_THROW(st.write_layer(s, 1, k1, v1), InvalidArgument);
+  EXPECT_THROW(st.commit_append(s), InvalidArgument);  // layer 0 missing
+  EXPECT_THROW(st.write_layer(s, 0, k1, std::span<const float>(v1).first(3)), InvalidArgument);
+  st.write_layer(s, 0, k0, v0);
+  st.commit_append(s);
+  EXPECT_TRUE(st.block_table(s)[0].sealed);
+  EXPECT_NE(st.block_table(s)[0].hash, 0u);
+  // same bytes as the one-call append
+  const SeqId u = st.create_sequence();
+  st.append(u, r.ids, r.k, r.v);
+  for (int l = 0; l < 2; ++l) {
+    const auto a = st.pool(PageFormat::kFp8).bytes(st.block_table(s)[1].layers[l].id);
+    const auto b = st.pool(PageFormat::kFp8).bytes(st.block_table(u)[1].layers[l].id);
+    const auto& L = st.pool(PageFormat::kFp8).layout();
+    EXPECT_EQ(std::memcmp(a.data() + L.k_codes(0, 0), b.data() + L.k_codes(0, 0), 2 * L.row_bytes()), 0);
+  }
   st.check_invariants();
 }
 

@@ -148,8 +148,16 @@ class KvStore {
   // A new sequence whose leading full pages are installed from the prefix cache. Returns the sequence
   // and the number of tokens it already holds (a multiple of tokens_per_page); append the rest.
   std::pair<SeqId, size_t> create_sequence_with_prefix(std::span<const int32_t> tokens);
-  // ids: n tokens; k, v: [n][layers][kv_heads][head_dim] floats.
+  // ids: n tokens; k, v: [n][layers][kv_heads][head_dim] floats. Same as the three calls below.
   void append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v);
+  // The engine's append, one layer at a time as the forward pass produces K/V: begin_append reserves the
+  // positions in every layer (capacity checked first; the length grows at once, so a pin taken for the
+  // chunk's own attention sees them), write_layer quantizes one layer's K/V ([n][kv_heads][head_dim]),
+  // commit_append seals the pages that became full once every layer is written. A layer's attention
+  // must only run after that layer's write_layer.
+  void begin_append(SeqId seq, std::span<const int32_t> ids);
+  void write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v);
+  void commit_append(SeqId seq);
   SeqId fork(SeqId parent);
   void finish(SeqId seq);
 
@@ -201,6 +209,9 @@ class KvStore {
     std::vector<Row> rows;
     std::vector<int32_t> tokens;
     bool live = true;
+    size_t pending = 0;        // tokens of an append in progress
+    size_t pending_first = 0;  // their first position
+    std::vector<bool> written; // layers written so far
   };
   struct Variant {  // one cached copy of a sealed logical page: FP8 (kind Recent) or Stale
     uint64_t hash = 0;
