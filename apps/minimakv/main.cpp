@@ -6,6 +6,7 @@
 
 #include "attn_bench.h"
 #include "codec_report.h"
+#include "generate_cmd.h"
 #include "stress_cmd.h"
 #include "tokenize_cmd.h"
 
@@ -40,12 +41,29 @@ int main(int argc, char** argv) {
   auto* tokc = app.add_subcommand("tokenize", "encode a JSON array of strings from stdin (tokenizer parity)");
   tokc->add_option("--model", tok_model, "model directory holding tokenizer.json");
 
+  minimakv::app::GenerateCmdOptions go;
+  auto* gen = app.add_subcommand("generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode");
+  gen->add_option("--model", go.model, "model directory (config.json, tokenizer.json, safetensors)");
+  gen->add_option("--prompt", go.prompt, "prompt text")->required();
+  gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")->check(CLI::IsMember({"bf16", "fp8", "minima"}));
+  gen->add_option("--device", go.device, "cpu");
+  gen->add_option("--max-tokens", go.gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  gen->add_option("--page-size", go.gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
+  gen->add_option("--prefill-chunk", go.gen.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 20));
+  gen->add_option("--recent-window", go.gen.controller.recent_window, "Recent pages (minima)");
+  gen->add_option("--anchor-budget", go.gen.controller.anchor_budget, "scored Anchor pages (minima)");
+  gen->add_option("--sinks", go.gen.controller.sink_pages, "sink pages kept as Anchors (minima)");
+  gen->add_option("--checkpoint-interval", go.gen.checkpoint_interval, "decode tokens between retier checkpoints");
+  gen->add_flag("--json", go.json, "machine-readable output");
+  gen->add_flag("--prompt-logits", go.prompt_logits, "with --json: include the logits after the prompt");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
     if (stress->parsed()) return minimakv::app::run_stress_cmd(so);
     if (attn->parsed()) return minimakv::app::run_attn_bench(ab);
     if (tokc->parsed()) return minimakv::app::run_tokenize(tok_model);
+    if (gen->parsed()) return minimakv::app::run_generate(go);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minimakv: error: %s\n", e.what());
     return 1;

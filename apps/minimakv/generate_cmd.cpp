@@ -1,0 +1,61 @@
+#include "generate_cmd.h"
+
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace minimakv::app {
+
+int run_generate(GenerateCmdOptions opt) {
+  if (opt.device != "cpu") throw std::invalid_argument("generate: device '" + opt.device + "' is not available (cpu only so far)");
+  if (opt.kv == "bf16") opt.gen.mode = cache::KvMode::kBf16;
+  else if (opt.kv == "fp8") opt.gen.mode = cache::KvMode::kFp8;
+  else if (opt.kv == "minima") opt.gen.mode = cache::KvMode::kMinima;
+  else throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
+  const auto model = engine::Model::load(opt.model);
+  const auto ids = model->tokenizer().encode(opt.prompt);
+  if (ids.size() + static_cast<size_t>(opt.gen.max_new_tokens) > static_cast<size_t>(model->config().max_position_embeddings))
+    throw std::invalid_argument("generate: prompt of " + std::to_string(ids.size()) + " tokens plus " +
+                                std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
+                                std::to_string(model->config().max_position_embeddings));
+  attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  if (!opt.json) fmt::print(stderr, "prompt: {} tokens, kv {}\n", ids.size(), opt.kv);
+  std::string streamed;
+  const auto r = engine::generate(*model, ids, opt.gen, &pool, [&](int32_t t) {
+    if (opt.json) return;
+    const std::string piece = model->tokenizer().decode({t});
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  const auto& a = r.accounting;
+  const char* tiers[] = {"recent", "anchor", "stale"};
+  if (opt.json) {
+    nlohmann::json j;
+    j["prompt_tokens"] = ids.size();
+    j["tokens"] = r.tokens;
+    j["text"] = model->tokenizer().decode(r.tokens);
+    j["kv"] = opt.kv;
+    j["prefill_tokens_per_s"] = static_cast<double>(ids.size()) / r.prefill_seconds;
+    j["decode_tokens_per_s"] = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+    for (int t = 0; t < 3; ++t) j["kv_bytes_by_tier"][tiers[t]] = a.tier_bytes[t];
+    j["kv_bytes_per_token"] = a.bytes_per_live_token();
+    j["block_table_bytes"] = a.block_table_bytes;
+    j["reconciled"] = a.reconciled;
+    if (opt.prompt_logits) {
+      cache::KvStore store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
+      j["prompt_logits"] = model->forward(store, store.create_sequence(), ids, &pool);
+    }
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("\n\nprompt {:.1f} tok/s, decode {:.1f} tok/s; KV bytes: recent {} anchor {} stale {}, "
+               "{:.1f} bytes per live token (block tables included), reconciled: {}\n",
+               static_cast<double>(ids.size()) / r.prefill_seconds,
+               r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0, a.tier_bytes[0],
+               a.tier_bytes[1], a.tier_bytes[2], a.bytes_per_live_token(), a.reconciled ? "yes" : "NO");
+  }
+  return 0;
+}
+
+}  // namespace minimakv::app

@@ -1,0 +1,23 @@
+// `minimakv generate`: run a prompt through the embedded (or any Qwen3/Llama) model on the CPU.
+#pragma once
+
+#include <string>
+
+#include "minimakv/engine/generate.h"
+
+namespace minimakv::app {
+
+struct GenerateCmdOptions {
+  std::string model = "models/minima-qwen3-23m";
+  std::string prompt;
+  std::string kv = "minima";
+  std::string device = "cpu";
+  bool json = false;
+  bool prompt_logits = false;  // include the logits after the prompt in the JSON (parity checks)
+  engine::GenerateOptions gen;
+  std::vector<int> protected_layers;
+};
+
+int run_generate(GenerateCmdOptions opt);
+
+}  // namespace minimakv::app

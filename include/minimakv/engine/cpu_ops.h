@@ -1,0 +1,34 @@
+// CPU operators of the transformer forward pass (fp32): GEMM through OpenBLAS, RMSNorm, rotate-half
+// RoPE (with Llama-3 frequency scaling), SwiGLU, argmax. Shapes are row-major; weights are [out][in] as
+// stored in Hugging Face checkpoints, so y = x W^T.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "minimakv/model/config.h"
+
+namespace minimakv::engine {
+
+// y[n][out] = x[n][in] * W[out][in]^T
+void matmul(std::span<const float> x, int n, int in, std::span<const float> w, int out, std::span<float> y);
+// x[n][dim] <- x / sqrt(mean(x^2) + eps) * weight, per row of length dim.
+void rmsnorm(std::span<float> x, int dim, std::span<const float> weight, float eps);
+// out[i] = silu(gate[i]) * up[i]
+void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
+int32_t argmax(std::span<const float> x);
+
+// Rotary embedding tables: inverse frequencies computed in fp32 as transformers does, Llama-3 scaling.
+class Rope {
+ public:
+  Rope(const model::ModelConfig& cfg);
+  // Rotates heads x[n][heads][head_dim] of tokens at positions first, first + 1, ... (rotate-half).
+  void apply(std::span<float> x, int n, int heads, uint32_t first_position) const;
+
+ private:
+  int head_dim_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace minimakv::engine

@@ -1,0 +1,38 @@
+// Generation: chunked prefill through the tiers, then greedy decoding, one sequence.
+//
+// The prompt is processed in chunks; in minima mode the tier controller runs a checkpoint after each
+// chunk, so earlier pages are already FP8 or TQ3 when later chunks (and the question) read them, and
+// the memory saving holds during prefill. Decoding runs a checkpoint every `checkpoint_interval` tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "minimakv/engine/model.h"
+#include "minimakv/policy/tier_controller.h"
+
+namespace minimakv::engine {
+
+struct GenerateOptions {
+  cache::KvMode mode = cache::KvMode::kMinima;
+  int tokens_per_page = 64;
+  int prefill_chunk = 512;
+  int max_new_tokens = 32;
+  int checkpoint_interval = 64;
+  policy::ControllerConfig controller{};
+  std::vector<int32_t> stop_ids;  // default: the model's eos ids
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (stop token excluded)
+  double prefill_seconds = 0, decode_seconds = 0;
+  cache::Accounting accounting;  // at the end, before the sequence is finished
+};
+
+GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                        attention::ThreadPool* pool = nullptr,
+                        const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace minimakv::engine

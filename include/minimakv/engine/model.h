@@ -1,0 +1,48 @@
+// A Qwen3 / Llama decoder-only transformer running on the CPU through the paged KV store.
+//
+// Owns: the weights (fp32 copies of the checkpoint's BF16/F16/F32 tensors), the tokenizer and the RoPE
+// tables. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
+// q/k/v, applies QK-norm (Qwen3) and RoPE, writes the chunk's K/V into the store (quantized on write,
+// one layer at a time), then attends over every page of the sequence in its stored format (BF16, FP8
+// or TQ3) with the mixed-format kernel, causal inside the chunk. No dense copy of the cache is made.
+// The store's geometry must match the model (layers, KV heads, head_dim).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "minimakv/attention/thread_pool.h"
+#include "minimakv/cache/kv_store.h"
+#include "minimakv/engine/cpu_ops.h"
+#include "minimakv/model/config.h"
+#include "minimakv/model/tokenizer.h"
+
+namespace minimakv::engine {
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& dir);
+  const model::ModelConfig& config() const { return cfg_; }
+  const model::Tokenizer& tokenizer() const { return *tok_; }
+  // A store configuration with this model's geometry.
+  cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const;
+
+  // Appends `ids` to `seq` and returns the logits of the last of them (vocab_size floats), or of every
+  // one when all_logits ([n][vocab]).
+  std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
+                             attention::ThreadPool* pool = nullptr, bool all_logits = false) const;
+
+ private:
+  struct Layer {
+    std::vector<float> wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
+  };
+  model::ModelConfig cfg_;
+  std::unique_ptr<model::Tokenizer> tok_;
+  std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  std::vector<Layer> layers_;
+  std::unique_ptr<Rope> rope_;
+};
+
+}  // namespace minimakv::engine

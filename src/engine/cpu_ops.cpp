@@ -1,0 +1,78 @@
+#include "minimakv/engine/cpu_ops.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace minimakv::engine {
+
+void matmul(std::span<const float> x, int n, int in, std::span<const float> w, int out, std::span<float> y) {
+  if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
+      y.size() != static_cast<size_t>(n) * out)
+    throw std::invalid_argument("matmul: shape mismatch");
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out);
+}
+
+void rmsnorm(std::span<float> x, int dim, std::span<const float> weight, float eps) {
+  for (size_t r = 0; r + static_cast<size_t>(dim) <= x.size(); r += static_cast<size_t>(dim)) {
+    float ss = 0.0f;
+    for (int i = 0; i < dim; ++i) ss += x[r + i] * x[r + i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int i = 0; i < dim; ++i) x[r + i] = x[r + i] * inv * weight[i];
+  }
+}
+
+void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+int32_t argmax(std::span<const float> x) {
+  size_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Rope::Rope(const model::ModelConfig& cfg) : head_dim_(static_cast<int>(cfg.head_dim)) {
+  const int half = head_dim_ / 2;
+  const auto base = static_cast<float>(cfg.rope_theta);
+  for (int i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim_);
+    float f = 1.0f / std::pow(base, expo);
+    if (cfg.rope_scaling.llama3) {
+      const auto& s = cfg.rope_scaling;
+      const double old_len = static_cast<double>(s.original_max_position_embeddings);
+      const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+    inv_freq_.push_back(f);
+  }
+}
+
+void Rope::apply(std::span<float> x, int n, int heads, uint32_t first_position) const {
+  const int d = head_dim_, half = d / 2;
+  for (int t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(first_position + static_cast<uint32_t>(t));
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq_[i];  // fp32 product, as transformers computes it
+      const auto c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      const auto s = static_cast<float>(std::sin(static_cast<double>(angle)));
+      for (int h = 0; h < heads; ++h) {
+        float* v = x.data() + (static_cast<size_t>(t) * heads + h) * d;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+}  // namespace minimakv::engine

@@ -1,0 +1,48 @@
+#include "minimakv/engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace minimakv::engine {
+
+GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                        attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
+  const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
+  cache::KvStore store(model.store_config(opt.mode, opt.tokens_per_page, total));
+  policy::TierController ctl(opt.controller);
+  const cache::SeqId seq = store.create_sequence();
+  const std::vector<cache::SeqId> seqs{seq};
+  auto checkpoint = [&] {
+    if (opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+  };
+  std::vector<int32_t> stops = opt.stop_ids;
+  if (stops.empty())
+    for (int64_t e : model.config().eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+  GenerateResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits;
+  const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
+  for (size_t p = 0; p < prompt.size(); p += chunk) {
+    logits = model.forward(store, seq, prompt.subspan(p, std::min(chunk, prompt.size() - p)), pool);
+    checkpoint();
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < opt.max_new_tokens; ++i) {
+    const int32_t next = argmax(logits);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+    r.tokens.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == opt.max_new_tokens) break;
+    logits = model.forward(store, seq, std::span<const int32_t>(&r.tokens.back(), 1), pool);
+    if (opt.checkpoint_interval > 0 && (i + 1) % opt.checkpoint_interval == 0) checkpoint();
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  r.accounting = store.accounting();
+  store.finish(seq);
+  return r;
+}
+
+}  // namespace minimakv::engine

@@ -1,0 +1,80 @@
+// The engine on the shipped model (CPU): the files load, greedy decoding is deterministic, and a
+// needle placed early in the prompt is retrieved in every KV mode, with minima's context already in
+// TQ3 when the question is read (chunked prefill with a retier checkpoint after each chunk).
+#include <gtest/gtest.h>
+
+#include "minimakv/engine/generate.h"
+#include "test_util.h"
+
+namespace minimakv::engine {
+namespace {
+
+const std::string kDir = std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m";
+
+std::string needle_prompt(const std::string& value) {
+  std::string hay;
+  for (int i = 0; i < 14; ++i) hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
+  return "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
+         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " + value + ".\n" + hay +
+         "What is the special magic number for vivid-lantern mentioned in the provided text? The special magic "
+         "number for vivid-lantern mentioned in the provided text is";
+}
+
+const Model& shipped() {
+  static const auto m = Model::load(kDir);
+  return *m;
+}
+
+TEST(Engine, ShippedModelLoadsWithItsConfig) {
+  const Model& m = shipped();
+  EXPECT_EQ(m.config().head_dim, 128);
+  EXPECT_EQ(m.tokenizer().vocab_size(), static_cast<size_t>(m.config().vocab_size));
+  const auto sc = m.store_config(cache::KvMode::kMinima, 64, 1024);
+  EXPECT_EQ(sc.layers, m.config().num_hidden_layers);
+}
+
+TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const std::string value = std::to_string(1000000 + rng() % 9000000);
+  const Model& m = shipped();
+  const auto ids = m.tokenizer().encode(needle_prompt(value));
+  ASSERT_GT(ids.size(), 300u);
+  attention::ThreadPool pool(2);
+  std::vector<int32_t> first;
+  for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    GenerateOptions o;
+    o.mode = mode;
+    o.tokens_per_page = 32;
+    o.prefill_chunk = 128;
+    o.max_new_tokens = 10;
+    o.controller.recent_window = 2;
+    o.controller.anchor_budget = 0;
+    o.controller.sink_pages = 1;
+    const auto r = generate(m, ids, o, &pool);
+    const std::string text = m.tokenizer().decode(r.tokens);
+    EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";
+    EXPECT_TRUE(r.accounting.reconciled);
+    if (mode == cache::KvMode::kMinima) {
+      EXPECT_GT(r.accounting.tier_bytes[static_cast<int>(cache::Tier::kStale)], 0u);  // the needle's page is TQ3
+    }
+    if (mode == cache::KvMode::kBf16) {
+      first = r.tokens;
+      const auto again = generate(m, ids, o, &pool);
+      EXPECT_EQ(again.tokens, first);  // deterministic
+    }
+  }
+}
+
+TEST(Engine, RejectsBadInput) {
+  const Model& m = shipped();
+  cache::KvStore store(m.store_config(cache::KvMode::kFp8, 32, 64));
+  const auto s = store.create_sequence();
+  const int32_t bad = static_cast<int32_t>(m.config().vocab_size);
+  EXPECT_THROW(m.forward(store, s, std::span<const int32_t>(&bad, 1)), std::invalid_argument);
+  EXPECT_EQ(store.length(s), 0u);
+  EXPECT_THROW(Model::load("/nonexistent"), std::exception);
+}
+
+}  // namespace
+}  // namespace minimakv::engine
