@@ -49,6 +49,7 @@ class Sim {
     try {
       for (uint64_t i = 0; i < opt_.ops; ++i) {
         step();
+        if (const char* th = std::getenv("MINIMAKV_STRESS_TRACE_HASH")) trace(std::strtoull(th, nullptr, 16));
         ++res_.ops;
         store_.check_invariants();
         ++res_.invariant_checks;
@@ -142,6 +143,43 @@ class Sim {
     return deriv_.emplace(key, std::move(out)).first->second;
   }
 
+  // Every content a page may legitimately hold is reachable from the FP8 (or BF16) encoding of its own
+  // tokens by conversions, each made from a content that existed (and was checked) before. The model
+  // keeps, per (page tokens, layer), the contents seen so far; a new content is accepted only when it
+  // is the conversion of a known content of the other format.
+  bool known_content(const RefSeq& r, size_t page, int layer, PageEntry e, size_t filled) {
+    const auto& pool = store_.pool(e.format);
+    const auto bytes = pool.bytes(e.id);
+    auto& entry = known_[std::make_tuple(r.prefix[page * store_.config().tokens_per_page + filled - 1], filled, layer)];
+    entry.last_seen = res_.ops;
+    auto& known = entry.contents;
+    if (known.empty()) known.emplace_back(store_.append_format(), derivation(r, page, layer, 0));
+    for (const auto& [f, c] : known)
+      if (f == e.format && same_regions(bytes, c, pool.layout(), filled)) return true;
+    if (store_.config().mode != KvMode::kMinima || filled != static_cast<size_t>(store_.config().tokens_per_page))
+      return false;
+    const auto& f8 = store_.pool(PageFormat::kFp8).layout();
+    const auto& t3 = store_.pool(PageFormat::kTq3).layout();
+    const size_t n = known.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (known[i].first == e.format) continue;
+      std::vector<uint8_t> out;
+      if (e.format == PageFormat::kTq3) {
+        out.assign(t3.bytes(), 0);
+        codec::convert_fp8_to_tq3(known[i].second, f8, out, t3, store_.rotations(layer), static_cast<int>(filled),
+                                  store_.config().tq3_policy);
+      } else {
+        out.assign(f8.bytes(), 0);
+        codec::convert_tq3_to_fp8(known[i].second, t3, out, f8, store_.rotations(layer), static_cast<int>(filled));
+      }
+      if (same_regions(bytes, out, pool.layout(), filled)) {
+        known.emplace_back(e.format, std::move(out));
+        return true;
+      }
+    }
+    return false;
+  }
+
   static bool same_regions(std::span<const uint8_t> a, std::span<const uint8_t> b, const codec::PageLayout& L,
                            size_t filled) {
     for (int h = 0; h < L.geometry().kv_heads; ++h) {
@@ -170,11 +208,7 @@ class Sim {
       const size_t filled = std::min(B, r.tokens.size() - p * B);
       for (int l = 0; l < store_.config().layers; ++l) {
         const PageEntry e = table[p].layers[l];
-        const auto& pool = store_.pool(e.format);
-        bool ok = false;
-        const int first = e.format == PageFormat::kTq3 ? 1 : 0;
-        const int last = (store_.config().mode == KvMode::kMinima && filled == B) ? 15 : 0;
-        for (int gen = first; gen <= last && !ok; gen += 2) ok = same_regions(pool.bytes(e.id), derivation(r, p, l, gen), pool.layout(), filled);
+        const bool ok = known_content(r, p, l, e, filled);
         ++res_.page_byte_checks;
         if (!ok && std::getenv("MINIMAKV_STRESS_DEBUG")) debug_dump(id, p, l, e);
         if (!ok)
@@ -202,12 +236,77 @@ class Sim {
     std::fprintf(stderr, "mismatch: seq %llu page %zu layer %d\n", static_cast<unsigned long long>(id), page, layer);
     print_seq(id, ref_.at(id));
     const auto& pool = store_.pool(e.format);
+    const auto& L = pool.layout();
+    const RefSeq& me = ref_.at(id);
+    for (int gen = 0; gen <= 4; ++gen) {
+      if ((gen % 2 == 1) != (e.format == PageFormat::kTq3)) continue;
+      const auto& want = derivation(me, page, layer, gen);
+      std::fprintf(stderr, "  gen %d rows equal:", gen);
+      for (int h = 0; h < L.geometry().kv_heads; ++h)
+        for (int t = 0; t < L.geometry().tokens_per_page; ++t) {
+          const bool k = std::memcmp(pool.bytes(e.id).data() + L.k_codes(h, t), want.data() + L.k_codes(h, t), L.row_bytes()) == 0;
+          const bool v = std::memcmp(pool.bytes(e.id).data() + L.v_codes(h, t), want.data() + L.v_codes(h, t), L.row_bytes()) == 0;
+          const bool km = std::memcmp(pool.bytes(e.id).data() + L.k_meta(h, t), want.data() + L.k_meta(h, t), L.meta_bytes()) == 0;
+          const bool vm = std::memcmp(pool.bytes(e.id).data() + L.v_meta(h, t), want.data() + L.v_meta(h, t), L.meta_bytes()) == 0;
+          float a = 0, b = 0;
+          std::memcpy(&a, pool.bytes(e.id).data() + L.k_meta(h, t), 4);
+          std::memcpy(&b, want.data() + L.k_meta(h, t), 4);
+          std::fprintf(stderr, " h%dt%d:%c%c%c%c(%g/%g)", h, t, k ? 'K' : '-', v ? 'V' : '-', km ? 'k' : '-', vm ? 'v' : '-', a, b);
+        }
+      std::fprintf(stderr, "\n");
+    }
+    for (int h = 0; h < L.geometry().kv_heads; ++h)
+      for (int t = 0; t < L.geometry().tokens_per_page; ++t)
+        for (int kv = 0; kv < 2; ++kv) {
+          std::fprintf(stderr, "  row h%d t%d %c matches gens:", h, t, kv ? 'V' : 'K');
+          for (int gen = 0; gen <= 12; gen += 2) {
+            const auto& want = derivation(me, page, layer, gen);
+            const size_t co = kv ? L.v_codes(h, t) : L.k_codes(h, t), mo = kv ? L.v_meta(h, t) : L.k_meta(h, t);
+            if (!std::memcmp(pool.bytes(e.id).data() + co, want.data() + co, L.row_bytes()) &&
+                !std::memcmp(pool.bytes(e.id).data() + mo, want.data() + mo, L.meta_bytes()))
+              std::fprintf(stderr, " %d", gen);
+          }
+          std::fprintf(stderr, "\n");
+        }
+    // Which odd gens do live TQ3 rows of the same page match, and does reconstructing them give this page?
+    for (const auto& [oid, o] : ref_) {
+      const auto t = store_.block_table(oid);
+      if (page >= t.size() || t[page].hash == 0 || t[page].hash != store_.block_table(id)[page].hash) continue;
+      const PageEntry te = t[page].layers[layer];
+      if (te.format != PageFormat::kTq3) continue;
+      const auto& tp = store_.pool(PageFormat::kTq3);
+      std::fprintf(stderr, "  seq %llu holds tq3 %u matching gens:", static_cast<unsigned long long>(oid), te.id);
+      for (int gen = 1; gen <= 15; gen += 2)
+        if (same_regions(tp.bytes(te.id), derivation(me, page, layer, gen), tp.layout(), 4)) std::fprintf(stderr, " %d", gen);
+      std::vector<uint8_t> rec(L.bytes());
+      codec::convert_tq3_to_fp8(tp.bytes(te.id), tp.layout(), rec, L, store_.rotations(layer), 4);
+      std::fprintf(stderr, "; its reconstruction %s this page\n", same_regions(rec, pool.bytes(e.id), L, 4) ? "equals" : "differs from");
+    }
+    std::fprintf(stderr, "  refs %u %u %u %u\n", pool.meta(e.id).refs[0], pool.meta(e.id).refs[1], pool.meta(e.id).refs[2], pool.meta(e.id).refs[3]);
     for (const auto& [oid, o] : ref_)
       for (size_t q = 0; q < o.tiers.size(); ++q)
         if (same_regions(pool.bytes(e.id), derivation(o, q, layer, 0), pool.layout(), std::min(B, o.tokens.size() - q * B))) {
           std::fprintf(stderr, " matches page %zu of\n", q);
           print_seq(oid, o);
         }
+  }
+
+  std::string trace_state_;
+  void trace(uint64_t h) {
+    std::string st;
+    for (const auto& [id, r] : ref_) {
+      const auto t = store_.block_table(id);
+      for (size_t p = 0; p < t.size(); ++p)
+        if (t[p].hash == h) {
+          st += " seq" + std::to_string(id) + "[" + to_string(t[p].tier) + ":";
+          for (const auto& e : t[p].layers) st += std::string(" ") + codec::to_string(e.format) + std::to_string(e.id);
+          st += "]";
+        }
+    }
+    if (st != trace_state_) {
+      std::fprintf(stderr, "op %llu %s:%s\n", static_cast<unsigned long long>(res_.ops), last_op_.c_str(), st.c_str());
+      trace_state_ = st;
+    }
   }
 
   void check_all() {
@@ -391,7 +490,11 @@ class Sim {
       check_pin(pins_.front());
       pins_.pop_front();
     }
-    if (deriv_.size() > 50000) deriv_.clear();  // expected bytes are recomputed on demand
+    if (deriv_.size() > 50000) deriv_.clear();  // gen-0 bytes are recomputed on demand
+    if (known_.size() > 100000) {  // pages unseen for 100K operations were recycled long ago (small pools)
+      for (auto it = known_.begin(); it != known_.end();)
+        it = it->second.last_seen + 100000 < res_.ops ? known_.erase(it) : std::next(it);
+    }
     const unsigned op = static_cast<unsigned>(rng_() % 100);
     last_op_ = op < 8 ? "create" : op < 16 ? "create from prefix" : op < 50 ? "append" : op < 54 ? "fork"
              : op < 62 ? "finish" : op < 80 ? "apply" : op < 84 ? "checkpoint" : op < 87 ? "pin"
@@ -462,6 +565,11 @@ class Sim {
   std::vector<SeqId> finished_;
   std::vector<std::vector<int32_t>> library_;
   std::map<std::tuple<uint64_t, size_t, int, int>, std::vector<uint8_t>> deriv_;
+  struct Known {
+    uint64_t last_seen = 0;
+    std::vector<std::pair<PageFormat, std::vector<uint8_t>>> contents;
+  };
+  std::map<std::tuple<uint64_t, size_t, int>, Known> known_;
   std::deque<Pin> pins_;
   StressResult res_;
   std::string last_op_;

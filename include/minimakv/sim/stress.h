@@ -3,13 +3,15 @@
 // Owns: a reference model of what the store must hold, independent of its pools and refcounts: live
 // sequences with their token ids and tiers, and the rule that K/V of a token is a pure function of its
 // token prefix (so equal prefixes legitimately share pages). A page's expected bytes are derived from
-// its tokens alone: the FP8 (or BF16) encoding of its K/V, then alternating FP8 -> TQ3 -> FP8
-// conversions; the stored bytes of every live row must equal one derivation of its own tokens with the
-// right format, bit for bit, in the regions the layout defines (codes and metadata of written tokens).
+// its tokens alone: the FP8 (or BF16) encoding of its K/V, or a conversion (FP8 -> TQ3, TQ3 -> FP8) of
+// a content already seen for the same tokens; the stored bytes of every live row must equal one such
+// content, bit for bit, in the regions the layout defines (codes and metadata of written tokens).
 // Random operations: create, create from a cached prefix, append, fork, finish, tier plans, controller
 // checkpoints, pins held across operations, evictions, quota (pressure) changes, and invalid calls that
 // must throw and leave everything unchanged. After every operation the store's own invariants are
-// checked and the reference model is compared with the store.
+// checked and the reference model is compared with the store. Diagnostics for a failure:
+// MINIMAKV_STRESS_DEBUG=1 explains a byte mismatch; MINIMAKV_STRESS_TRACE_HASH=<hex> prints every change
+// of the rows bound to one prefix hash.
 #pragma once
 
 #include <cstdint>
