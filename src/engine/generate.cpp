@@ -2,8 +2,37 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 namespace minimakv::engine {
+
+int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state) {
+  if (temperature <= 0.0f) return argmax(logits);
+  const float m = *std::max_element(logits.begin(), logits.end());
+  std::vector<std::pair<float, int32_t>> p(logits.size());
+  double z = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    p[i] = {std::exp((logits[i] - m) / temperature), static_cast<int32_t>(i)};
+    z += p[i].first;
+  }
+  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  size_t keep = 0;
+  double mass = 0.0;
+  while (keep < p.size() && (keep == 0 || mass < top_p * z)) mass += p[keep++].first;
+  // SplitMix64 draw in [0, mass)
+  rng_state += 0x9e3779b97f4a7c15ull;
+  uint64_t x = rng_state;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  const double u = static_cast<double>(x >> 11) * 0x1.0p-53 * mass;
+  double acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i].first;
+    if (u < acc) return p[i].second;
+  }
+  return p[keep - 1].second;
+}
 
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
@@ -28,8 +57,9 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
     checkpoint();
   }
   const auto t1 = std::chrono::steady_clock::now();
+  uint64_t rng_state = opt.seed;
   for (int i = 0; i < opt.max_new_tokens; ++i) {
-    const int32_t next = argmax(logits);
+    const int32_t next = sample_token(logits, opt.temperature, opt.top_p, rng_state);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     r.tokens.push_back(next);
     if (on_token) on_token(next);

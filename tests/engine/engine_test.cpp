@@ -3,6 +3,9 @@
 // TQ3 when the question is read (chunked prefill with a retier checkpoint after each chunk).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <set>
+
 #include "minimakv/engine/generate.h"
 #include "test_util.h"
 
@@ -64,6 +67,35 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
       EXPECT_EQ(again.tokens, first);  // deterministic
     }
   }
+}
+
+TEST(Engine, SamplingIsSeededAndTopPRestricts) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  std::normal_distribution<float> g;
+  std::vector<float> logits(64);
+  for (auto& x : logits) x = 2.0f * g(rng);
+  uint64_t a = 42, b = 42;
+  std::vector<int32_t> sa, sb;
+  for (int i = 0; i < 200; ++i) {
+    sa.push_back(sample_token(logits, 1.0f, 0.9f, a));
+    sb.push_back(sample_token(logits, 1.0f, 0.9f, b));
+  }
+  EXPECT_EQ(sa, sb);
+  EXPECT_GT(std::set<int32_t>(sa.begin(), sa.end()).size(), 1u);  // it does sample
+  uint64_t c = 7;
+  EXPECT_EQ(sample_token(logits, 0.0f, 1.0f, c), argmax(logits));
+  EXPECT_EQ(sample_token(logits, 1.0f, 1e-6f, c), argmax(logits));  // a tiny nucleus is the top token
+  // empirical frequencies follow the softmax (temperature 1, no truncation)
+  std::vector<int> counts(64, 0);
+  uint64_t d = 99;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++counts[sample_token(logits, 1.0f, 1.0f, d)];
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float x : logits) z += std::exp(x - m);
+  const int top = argmax(logits);
+  EXPECT_NEAR(counts[top] / static_cast<double>(draws), std::exp(logits[top] - m) / z, 0.02);
 }
 
 TEST(Engine, RejectsBadInput) {

@@ -23,7 +23,14 @@ struct GenerateOptions {
   int checkpoint_interval = 64;
   policy::ControllerConfig controller{};
   std::vector<int32_t> stop_ids;  // default: the model's eos ids
+  float temperature = 0.0f;       // 0: greedy
+  float top_p = 1.0f;             // nucleus sampling over the smallest set with this much probability
+  uint64_t seed = 0;              // sampling is reproducible for a given seed
 };
+
+// Picks the next token: argmax when temperature <= 0, else a seeded draw from the temperature-scaled
+// softmax restricted to the top-p nucleus.
+int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state);
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (stop token excluded)
