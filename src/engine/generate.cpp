@@ -34,13 +34,12 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
   return p[keep - 1].second;
 }
 
-GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
-  if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
-  const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
-  cache::KvStore store(model.store_config(opt.mode, opt.tokens_per_page, total));
-  policy::TierController ctl(opt.controller);
-  const cache::SeqId seq = store.create_sequence();
+namespace {
+
+// Prefill (from the sequence's current length) and decode on an existing sequence.
+GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::TierController& ctl, cache::SeqId seq,
+                            std::span<const int32_t> rest, const GenerateOptions& opt, attention::ThreadPool* pool,
+                            const std::function<void(int32_t)>& on_token) {
   const std::vector<cache::SeqId> seqs{seq};
   auto checkpoint = [&] {
     if (opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
@@ -52,8 +51,8 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits;
   const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
-  for (size_t p = 0; p < prompt.size(); p += chunk) {
-    logits = model.forward(store, seq, prompt.subspan(p, std::min(chunk, prompt.size() - p)), pool);
+  for (size_t p = 0; p < rest.size(); p += chunk) {
+    logits = model.forward(store, seq, rest.subspan(p, std::min(chunk, rest.size() - p)), pool);
     checkpoint();
   }
   const auto t1 = std::chrono::steady_clock::now();
@@ -71,8 +70,42 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
   r.accounting = store.accounting();
+  return r;
+}
+
+}  // namespace
+
+GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                        attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
+  const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
+  cache::KvStore store(model.store_config(opt.mode, opt.tokens_per_page, total));
+  policy::TierController ctl(opt.controller);
+  const cache::SeqId seq = store.create_sequence();
+  GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, pool, on_token);
   store.finish(seq);
   return r;
+}
+
+Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
+    : model_(model), opt_(std::move(opt)), store_(model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens)),
+      ctl_(opt_.controller), pool_(pool) {}
+
+Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw std::invalid_argument("Session::run: empty prompt");
+  Result res;
+  auto [seq, covered] = store_.create_sequence_with_prefix(prompt.first(prompt.size() - 1));
+  res.reused_tokens = covered;
+  try {
+    res.gen = run_sequence(model_, store_, ctl_, seq, prompt.subspan(covered), opt_, pool_, on_token);
+  } catch (...) {
+    store_.finish(seq);
+    ctl_.forget(seq);
+    throw;
+  }
+  store_.finish(seq);
+  ctl_.forget(seq);
+  return res;
 }
 
 }  // namespace minimakv::engine

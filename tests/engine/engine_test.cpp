@@ -69,6 +69,35 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
   }
 }
 
+TEST(Engine, PrefixReuseWarmEqualsCold) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const std::string value = std::to_string(1000000 + rng() % 9000000);
+  const Model& m = shipped();
+  const auto ids = m.tokenizer().encode(needle_prompt(value));
+  attention::ThreadPool pool(2);
+  for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    GenerateOptions o;
+    o.mode = mode;
+    o.tokens_per_page = 32;
+    o.prefill_chunk = 128;
+    o.max_new_tokens = 10;
+    o.controller.recent_window = 2;
+    o.controller.anchor_budget = 0;
+    Session session(m, o, 4 * ids.size(), &pool);
+    const auto cold = session.run(ids);
+    const auto warm = session.run(ids);
+    EXPECT_EQ(cold.reused_tokens, 0u);
+    EXPECT_GE(warm.reused_tokens, ids.size() - 32);  // every full page but the one holding the last token
+    const std::string text = m.tokenizer().decode(warm.gen.tokens);
+    EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";
+    if (mode == cache::KvMode::kFp8) {
+      EXPECT_EQ(warm.gen.tokens, cold.gen.tokens);  // same bytes, same tokens
+    }
+    session.store().check_invariants();
+  }
+}
+
 TEST(Engine, SamplingIsSeededAndTopPRestricts) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();

@@ -42,4 +42,25 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
                         attention::ThreadPool* pool = nullptr,
                         const std::function<void(int32_t)>& on_token = {});
 
+// Requests that share one KV store, so a later prompt reuses the cached full pages of an earlier one
+// (prefix caching). The last prompt token is always recomputed, since its logits start decoding. A hit
+// installs the FP8 copy of a page when the cache still holds it, else its Stale (TQ3) copy.
+class Session {
+ public:
+  Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool = nullptr);
+  struct Result {
+    GenerateResult gen;
+    size_t reused_tokens = 0;  // prompt tokens served from the prefix cache
+  };
+  Result run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token = {});
+  const cache::KvStore& store() const { return store_; }
+
+ private:
+  const Model& model_;
+  GenerateOptions opt_;
+  cache::KvStore store_;
+  policy::TierController ctl_;
+  attention::ThreadPool* pool_;
+};
+
 }  // namespace minimakv::engine
