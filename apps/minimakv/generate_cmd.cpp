@@ -21,7 +21,16 @@ int run_generate(GenerateCmdOptions opt) {
                                 std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
                                 std::to_string(model->config().max_position_embeddings));
   attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
-  if (!opt.json) fmt::print(stderr, "prompt: {} tokens, kv {}\n", ids.size(), opt.kv);
+  if (!opt.json) {
+    fmt::print(stderr, "prompt: {} tokens, kv {}\n", ids.size(), opt.kv);
+    opt.gen.on_prefill_progress = [](size_t done, size_t total) {
+      fmt::print(stderr, "\rprefill {}/{} tokens", done, total);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  for (int l : opt.gen.protected_layers)
+    if (l < 0 || l >= model->config().num_hidden_layers)
+      throw std::invalid_argument("generate: protected layer " + std::to_string(l) + " out of range");
   std::string streamed;
   const auto r = engine::generate(*model, ids, opt.gen, &pool, [&](int32_t t) {
     if (opt.json) return;

@@ -15,7 +15,6 @@ struct GenerateCmdOptions {
   bool json = false;
   bool prompt_logits = false;  // include the logits after the prompt in the JSON (parity checks)
   engine::GenerateOptions gen;
-  std::vector<int> protected_layers;
 };
 
 int run_generate(GenerateCmdOptions opt);

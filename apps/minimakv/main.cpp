@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   gen->add_option("--anchor-budget", go.gen.controller.anchor_budget, "scored Anchor pages (minima)");
   gen->add_option("--sinks", go.gen.controller.sink_pages, "sink pages kept as Anchors (minima)");
   gen->add_option("--checkpoint-interval", go.gen.checkpoint_interval, "decode tokens between retier checkpoints");
+  gen->add_option("--protected-layers", go.gen.protected_layers, "layers kept FP8 in every tier (minima)");
   gen->add_option("--temperature", go.gen.temperature, "0 for greedy")->check(CLI::Range(0.0, 100.0));
   gen->add_option("--top-p", go.gen.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", go.gen.seed, "sampling seed");

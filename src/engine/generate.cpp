@@ -54,6 +54,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
   for (size_t p = 0; p < rest.size(); p += chunk) {
     logits = model.forward(store, seq, rest.subspan(p, std::min(chunk, rest.size() - p)), pool);
     checkpoint();
+    if (opt.on_prefill_progress) opt.on_prefill_progress(std::min(rest.size(), p + chunk), rest.size());
   }
   const auto t1 = std::chrono::steady_clock::now();
   uint64_t rng_state = opt.seed;
@@ -79,7 +80,9 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
                         attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
   const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
-  cache::KvStore store(model.store_config(opt.mode, opt.tokens_per_page, total));
+  auto sc = model.store_config(opt.mode, opt.tokens_per_page, total);
+  sc.protected_layers = opt.protected_layers;
+  cache::KvStore store(sc);
   policy::TierController ctl(opt.controller);
   const cache::SeqId seq = store.create_sequence();
   GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, pool, on_token);
@@ -88,7 +91,11 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
 }
 
 Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
-    : model_(model), opt_(std::move(opt)), store_(model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens)),
+    : model_(model), opt_(std::move(opt)), store_([&] {
+        auto sc = model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens);
+        sc.protected_layers = opt_.protected_layers;
+        return sc;
+      }()),
       ctl_(opt_.controller), pool_(pool) {}
 
 Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token) {

@@ -26,6 +26,8 @@ struct GenerateOptions {
   float temperature = 0.0f;       // 0: greedy
   float top_p = 1.0f;             // nucleus sampling over the smallest set with this much probability
   uint64_t seed = 0;              // sampling is reproducible for a given seed
+  std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
+  std::function<void(size_t done, size_t total)> on_prefill_progress;  // after each prefill chunk
 };
 
 // Picks the next token: argmax when temperature <= 0, else a seeded draw from the temperature-scaled
