@@ -23,6 +23,19 @@ std::string needle_prompt(const std::string& value) {
          "number for vivid-lantern mentioned in the provided text is";
 }
 
+// Small pages and chunks with a 2-page Recent window, so a 300-token prompt exercises every tier.
+GenerateOptions needle_options(cache::KvMode mode) {
+  GenerateOptions o;
+  o.mode = mode;
+  o.tokens_per_page = 32;
+  o.prefill_chunk = 128;
+  o.max_new_tokens = 10;
+  o.controller.recent_window = 2;
+  o.controller.anchor_budget = 0;
+  o.controller.sink_pages = 1;
+  return o;
+}
+
 const Model& shipped() {
   static const auto m = Model::load(kDir);
   return *m;
@@ -46,14 +59,7 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
   attention::ThreadPool pool(2);
   std::vector<int32_t> first;
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    GenerateOptions o;
-    o.mode = mode;
-    o.tokens_per_page = 32;
-    o.prefill_chunk = 128;
-    o.max_new_tokens = 10;
-    o.controller.recent_window = 2;
-    o.controller.anchor_budget = 0;
-    o.controller.sink_pages = 1;
+    const GenerateOptions o = needle_options(mode);
     const auto r = generate(m, ids, o, &pool);
     const std::string text = m.tokenizer().decode(r.tokens);
     EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";
@@ -77,14 +83,7 @@ TEST(Engine, PrefixReuseWarmEqualsCold) {
   const auto ids = m.tokenizer().encode(needle_prompt(value));
   attention::ThreadPool pool(2);
   for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    GenerateOptions o;
-    o.mode = mode;
-    o.tokens_per_page = 32;
-    o.prefill_chunk = 128;
-    o.max_new_tokens = 10;
-    o.controller.recent_window = 2;
-    o.controller.anchor_budget = 0;
-    Session session(m, o, 4 * ids.size(), &pool);
+    Session session(m, needle_options(mode), 4 * ids.size(), &pool);
     const auto cold = session.run(ids);
     const auto warm = session.run(ids);
     EXPECT_EQ(cold.reused_tokens, 0u);
