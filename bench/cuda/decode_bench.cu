@@ -1,0 +1,211 @@
+// GPU decode benchmark: dense BF16, FP8-only and mixed (FP8 + TQ3) paged decode side by side in one
+// run, on pages written by our own append and conversion kernels, timed with CUDA events (warm-up, then
+// >= 20 timed repetitions; median and min-max). Effective bandwidth counts the K/V codes and metadata the
+// kernel reads (DecodeStats). A device-to-device copy gives the bandwidth ceiling of the same machine.
+// Usage: cuda_decode_bench [--reps N] [--quick] [--json FILE]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/page_writes.h"
+#include "minimakv/cuda/paged_decode.h"
+
+using namespace minimakv;
+using codec::PageFormat;
+
+namespace {
+
+__global__ void fill_random(float* x, size_t n, uint64_t seed, float offset_scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t s = seed + i;
+    const uint64_t a = codec::splitmix64(s), b = codec::splitmix64(s);
+    // Sum of uniforms: roughly normal, plus a per-channel offset like real keys.
+    const float u = static_cast<float>(a >> 40) * 0x1.0p-24f + static_cast<float>(b >> 40) * 0x1.0p-24f - 1.0f;
+    x[i] = 2.0f * u + offset_scale * static_cast<float>((i % 128) % 7) * 0.1f;
+  }
+}
+
+struct Stat {
+  double median, lo, hi;
+};
+
+Stat summarize(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), ms.back()};
+}
+
+template <typename F>
+Stat time_events(int warmup, int reps, F&& body) {
+  cudaEvent_t a, b;
+  cuda::check(cudaEventCreate(&a), "event");
+  cuda::check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < warmup; ++i) body();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    cuda::check(cudaEventRecord(a), "record");
+    body();
+    cuda::check(cudaEventRecord(b), "record");
+    cuda::check(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    cuda::check(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return summarize(ms);
+}
+
+struct Config {
+  std::string name;
+  int batch, tokens, q_heads, kv_heads, d, B;
+  double fp8_share;  // of pages, the paper's canary: ~27%
+};
+
+struct Row {
+  std::string config, arm, route;
+  Stat us;
+  double gbps, bytes_mb;
+};
+
+std::vector<Row> run_config(const Config& c, int reps, std::FILE* log) {
+  const codec::PageGeometry geo{c.B, c.kv_heads, c.d};
+  const int pages_per_seq = (c.tokens + c.B - 1) / c.B;
+  const size_t n_pages = static_cast<size_t>(pages_per_seq) * c.batch;
+  cuda::DevicePagePool pool(geo, n_pages + 1);
+  const auto views = pool.views();
+  // Write every page: BF16 and FP8 through append_tokens, TQ3 by converting the FP8 page.
+  const size_t vec = static_cast<size_t>(c.kv_heads) * c.d;
+  const int chunk_pages = std::max(1, 65536 / c.B);
+  cuda::DeviceArray<float> k(static_cast<size_t>(chunk_pages) * c.B * vec), v(k.size());
+  cuda::DeviceArray<cuda::AppendSlot> slots(static_cast<size_t>(chunk_pages) * c.B);
+  std::vector<cuda::AppendSlot> hs;
+  for (size_t p0 = 0; p0 < n_pages; p0 += chunk_pages) {
+    const size_t np = std::min<size_t>(chunk_pages, n_pages - p0);
+    fill_random<<<1024, 256>>>(k.get(), np * c.B * vec, 17 + p0 * 2, 1.0f);
+    fill_random<<<1024, 256>>>(v.get(), np * c.B * vec, 18 + p0 * 2, 0.0f);
+    hs.clear();
+    for (size_t p = 0; p < np; ++p)
+      for (int t = 0; t < c.B; ++t) hs.push_back({static_cast<uint32_t>(p0 + p + 1), static_cast<uint32_t>(t)});
+    cuda::check(cudaMemcpy(slots.get(), hs.data(), hs.size() * sizeof(hs[0]), cudaMemcpyHostToDevice), "slots");
+    for (PageFormat f : {PageFormat::kBf16, PageFormat::kFp8})
+      cuda::append_tokens(views, f, geo, k.get(), v.get(), slots.get(), static_cast<int>(hs.size()), nullptr);
+  }
+  // Which pages are FP8 in the mixed arm: the first two (sinks) and the most recent ones.
+  const int n_fp8 = std::max(3, static_cast<int>(c.fp8_share * pages_per_seq + 0.5));
+  auto mixed_format = [&](int p) { return (p < 2 || p >= pages_per_seq - (n_fp8 - 2)) ? PageFormat::kFp8 : PageFormat::kTq3; };
+  std::vector<cuda::ConvertJob> jobs;
+  for (int s = 0; s < c.batch; ++s)
+    for (int p = 0; p < pages_per_seq; ++p)
+      if (mixed_format(p) == PageFormat::kTq3) {
+        const uint32_t id = static_cast<uint32_t>(s * pages_per_seq + p + 1);
+        jobs.push_back({id, id, static_cast<uint32_t>(c.B), 0});
+      }
+  const auto signs = cuda::upload_rotation_signs(1, c.kv_heads, c.d, codec::kDefaultRotationSeed);
+  cuda::DeviceArray<cuda::ConvertJob> djobs(std::max<size_t>(1, jobs.size()));
+  cuda::check(cudaMemcpy(djobs.get(), jobs.data(), jobs.size() * sizeof(jobs[0]), cudaMemcpyHostToDevice), "jobs");
+  const Stat conv = time_events(1, 5, [&] {
+    cuda::convert_fp8_to_tq3(views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
+  });
+  cuda::check(cudaDeviceSynchronize(), "build pages");
+
+  const cuda::DecodeShape shape{c.q_heads, c.kv_heads, c.d, c.B, 0.0f};
+  cuda::DeviceArray<float> q(static_cast<size_t>(c.batch) * c.q_heads * c.d), out(q.size());
+  fill_random<<<64, 256>>>(q.get(), q.size(), 99, 0.0f);
+  std::vector<Row> rows;
+  for (const char* arm : {"bf16", "fp8", "mixed"}) {
+    std::vector<std::vector<cuda::PageRef>> seqs(c.batch);
+    for (int s = 0; s < c.batch; ++s)
+      for (int p = 0; p < pages_per_seq; ++p) {
+        const int tokens = std::min(c.B, c.tokens - p * c.B);
+        const PageFormat f = std::strcmp(arm, "bf16") == 0 ? PageFormat::kBf16
+                             : std::strcmp(arm, "fp8") == 0 ? PageFormat::kFp8 : mixed_format(p);
+        seqs[s].push_back({f, static_cast<uint32_t>(s * pages_per_seq + p + 1), static_cast<uint32_t>(tokens)});
+      }
+    const auto plan = cuda::make_decode_plan(seqs, shape);
+    cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()), static_cast<int>(plan.entries.size()));
+    ws.stage(plan, views);
+    const cuda::DecodeBuffers io{q.get(), signs.get(), out.get()};
+    const Stat t = time_events(3, reps, [&] { ws.launch(views, io, nullptr); });
+    const double bytes = static_cast<double>(ws.stats().total_bytes());
+    rows.push_back({c.name, arm, ws.stats().route, {t.median * 1e3, t.lo * 1e3, t.hi * 1e3}, bytes / (t.median * 1e-3) / 1e9,
+                    bytes / 1e6});
+  }
+  // Bandwidth ceiling: a device-to-device copy of the BF16 arm's bytes (read + write counted).
+  {
+    const size_t n = std::min<size_t>(static_cast<size_t>(rows[0].bytes_mb * 1e6), 4ull << 30);
+    cuda::DeviceArray<uint8_t> a(n), b(n);
+    const Stat t = time_events(2, reps, [&] { cuda::check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice), "copy"); });
+    rows.push_back({c.name, "d2d-copy", "-", {t.median * 1e3, t.lo * 1e3, t.hi * 1e3}, 2.0 * n / (t.median * 1e-3) / 1e9, n / 1e6});
+  }
+  if (log)
+    std::fprintf(log, "%s: converted %zu FP8 pages to TQ3 in %.3f ms (median of 5), %.1f pages/ms\n", c.name.c_str(),
+                 jobs.size(), conv.median, jobs.size() / conv.median);
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 30;
+  bool quick = false;
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(20, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "cuda_decode_bench: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("GPU: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::vector<Config> configs = {
+      {"canary b2 59008 h24/4 d256 p1792", 2, 59008, 24, 4, 256, 1792, 9.0 / 33.0},
+      {"canary b2 59008 h24/4 d256 p832", 2, 59008, 24, 4, 256, 832, 0.27},
+      {"b1 32K h32/8 d128 p256", 1, 32768, 32, 8, 128, 256, 0.27},
+      {"b8 32K h32/8 d128 p256", 8, 32768, 32, 8, 128, 256, 0.27},
+      {"b32 32K h32/8 d128 p256", 32, 32768, 32, 8, 128, 256, 0.27},
+      {"b1 128K h32/8 d128 p256", 1, 131072, 32, 8, 128, 256, 0.27},
+      {"b8 128K h32/8 d128 p256", 8, 131072, 32, 8, 128, 256, 0.27},
+      {"b32 128K h32/8 d128 p256", 32, 131072, 32, 8, 128, 256, 0.27},
+  };
+  if (quick) configs.resize(3);
+  std::vector<Row> all;
+  for (const auto& c : configs) {
+    auto rows = run_config(c, reps, stdout);
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  std::FILE* jf = json ? std::fopen(json, "w") : nullptr;
+  if (jf) std::fprintf(jf, "[\n");
+  std::printf("\n| config | arm | route | MB read | time us (median) | min-max | GB/s | vs bf16 |\n|---|---|---|---|---|---|---|---|\n");
+  double bf16_us = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Row& r = all[i];
+    if (r.arm == "bf16") bf16_us = r.us.median;
+    std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(), r.route.c_str(),
+                r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
+                r.arm == "d2d-copy" ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
+    if (jf)
+      std::fprintf(jf, "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "
+                       "\"us_min\": %.3f, \"us_max\": %.3f, \"gbps\": %.1f}%s\n",
+                   r.config.c_str(), r.arm.c_str(), r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
+                   i + 1 < all.size() ? "," : "");
+  }
+  if (jf) {
+    std::fprintf(jf, "]\n");
+    std::fclose(jf);
+  }
+  return 0;
+}

@@ -1,0 +1,112 @@
+// Mixed-format paged decode attention on the GPU: split-K over pages, one softmax over every format.
+//
+// Owns: the decode plan (which pages each CTA reads), its fixed-capacity device buffers, and the three
+// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation, (2) one CTA
+// per (split, KV head) reads its pages in their stored format (BF16, FP8 or TQ3; all query heads of the
+// GQA group reuse each loaded K/V row) and writes a normalised partial (m, l, O) per query head, TQ3
+// partials in the rotated domain, (3) a merge per (sequence, query head) combines every partial under
+// one softmax and applies one inverse rotation to the TQ3 share.
+// Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). fp32 accumulation.
+// Graph contract: stage() writes the plan into pinned host memory only; launch() copies it to the device
+// and runs the kernels with no host synchronisation or allocation, so launch() can be captured in a CUDA
+// graph once and replayed after later stage() calls (same DecodeWorkspace, same pointers).
+// Supported: head_dim 64/128/256, GQA ratios 1..8, pages of 16..4096 tokens, a partial last page,
+// batches of sequences with different lengths and format mixes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "minimakv/codec/page_layout.h"
+#include "minimakv/cuda/device_pool.h"
+
+namespace minimakv::cuda {
+
+struct DecodeShape {
+  int q_heads = 0, kv_heads = 0, head_dim = 0;
+  int tokens_per_page = 0;
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
+};
+
+// One page of one sequence, in logical order.
+struct PageRef {
+  codec::PageFormat format = codec::PageFormat::kFp8;
+  uint32_t page_id = 0;
+  uint32_t tokens = 0;  // valid tokens (the last page may be partial)
+};
+
+// Device plan records (trivially copyable).
+struct PlanEntry {
+  uint32_t page_id, tokens, seq, logical;
+};
+struct PlanSplit {
+  int32_t seq, format, entry_begin, entry_end, tok_begin, tok_end;
+};
+
+struct DecodePlan {
+  std::vector<PlanEntry> entries;        // grouped by (format, sequence), logical order inside a group
+  std::vector<PlanSplit> splits;         // grouped by (format, sequence)
+  std::vector<int32_t> seq_split_begin;  // [format][batch + 1] offsets into splits
+  int batch = 0;
+};
+
+// split_tokens: tokens per split (>= 128 recommended; 0 chooses from the batch so the grid fills the
+// GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
+DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape,
+                            int split_tokens = 0, bool page_granular = false);
+
+// What one decode call read (the paper's contribution 4). route: "mixed" when TQ3 and FP8/BF16 pages are
+// read in the same call, else "tq3-only", "fp8-only" or "dense". Bytes count K and V codes plus metadata
+// of the valid tokens of every KV head. No path of this kernel builds a dense copy, so dense_shadow_bytes
+// and fallbacks stay 0; they are counted so that any future fallback shows up.
+struct DecodeStats {
+  std::string route;
+  std::array<uint64_t, codec::kNumPageFormats> bytes_read{};
+  uint64_t dense_shadow_bytes = 0;
+  uint64_t fallbacks = 0;
+  int splits = 0, entries = 0;
+  uint64_t total_bytes() const { return bytes_read[0] + bytes_read[1] + bytes_read[2]; }
+};
+
+struct DecodeBuffers {
+  const float* q = nullptr;          // [batch][q_heads][head_dim]
+  const float* signs = nullptr;      // rotation signs of this layer: [kv_heads][head_dim] (+-1)
+  float* out = nullptr;              // [batch][q_heads][head_dim]
+  float* m = nullptr;                // optional merged max logits [batch][q_heads]
+  float* l = nullptr;                // optional merged sums [batch][q_heads]
+  float* page_m = nullptr;           // optional per-entry [entry][q_heads] (needs a page-granular plan)
+  float* page_l = nullptr;
+};
+
+class DecodeWorkspace {
+ public:
+  DecodeWorkspace(const DecodeShape& shape, int max_batch, int max_splits, int max_entries);
+
+  // Host only: validates the plan against the capacity and the shape, writes it into pinned staging
+  // memory and computes the stats. Throws std::invalid_argument and keeps the previous plan on error.
+  void stage(const DecodePlan& plan, const PoolViews& pools);
+  // Copies the staged plan to the device and runs the step on `stream`; capturable in a graph.
+  void launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream) const;
+
+  const DecodeStats& stats() const { return stats_; }
+  const DecodeShape& shape() const { return shape_; }
+  int max_batch() const { return max_batch_; }
+  int max_splits() const { return max_splits_; }
+  int max_entries() const { return max_entries_; }
+
+ private:
+  DecodeShape shape_;
+  int max_batch_, max_splits_, max_entries_;
+  size_t off_seq_ = 0, off_split_ = 0, off_entry_ = 0, blob_bytes_ = 0;
+  PinnedArray<uint8_t> staging_;
+  DeviceArray<uint8_t> plan_;
+  DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
+  DecodeStats stats_;
+};
+
+}  // namespace minimakv::cuda

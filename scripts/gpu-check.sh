@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# GPU check: build the CUDA targets for Hopper (sm_90), run the GPU tests, compute-sanitizer on a subset,
+# the decode benchmark and PyTorch's SDPA as an outside baseline; the benchmark table is printed last.
+#   bash scripts/gpu-check.sh            # builds with the `gpu` preset (needs scripts/bootstrap.sh's packages)
+#   BUILD=dir bash scripts/gpu-check.sh  # uses prebuilt binaries: dir/tests/cuda_tests, dir/bench/cuda_decode_bench
+#                                        # (scripts/gpu-pack.sh makes such a dir, with the shared libraries they need)
+# QUICK=1 runs the shorter benchmark. Results (JSON, logs) go to $OUT when set, else to build/gpu-results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu-results}
+mkdir -p "$OUT"
+if [[ -z "${BUILD:-}" ]]; then
+  cmake --preset gpu >/dev/null
+  cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench
+  BUILD=build/gpu
+fi
+[[ -d "$BUILD/runtime-libs" ]] && export LD_LIBRARY_PATH="$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+date -u +"%Y-%m-%d %H:%M UTC" | tee -a "$OUT/gpu.txt"
+
+echo "== GPU tests"
+"$BUILD/tests/cuda_tests" --gtest_brief=1 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 25
+tests_rc=${PIPESTATUS[0]}
+
+san_rc=0
+if command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
+  echo "== compute-sanitizer (memcheck, racecheck) on the small GPU tests"
+  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  for tool in memcheck racecheck; do
+    if compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda_tests" --gtest_brief=1 \
+         --gtest_filter="$small" >"$OUT/sanitizer-$tool.log" 2>&1; then
+      echo "$tool: clean ($(grep -c '^\[       OK \]\|PASSED' "$OUT/sanitizer-$tool.log" || true) lines ok)"
+    else
+      san_rc=$?; echo "$tool: FAILED (rc $san_rc)"; tail -n 30 "$OUT/sanitizer-$tool.log"
+    fi
+  done
+fi
+
+echo "== PyTorch SDPA baseline"
+python3 scripts/bench/sdpa_baseline.py ${QUICK:+--quick} --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt" || true
+
+echo "== decode benchmark"
+"$BUILD/bench/cuda_decode_bench" ${QUICK:+--quick} --json "$OUT/decode.json" | tee "$OUT/decode.txt"
+echo "tests rc=$tests_rc sanitizer rc=$san_rc"
+exit $((tests_rc || san_rc))

@@ -1,0 +1,682 @@
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_pipeline.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "minimakv/codec/rotation.h"
+#include "minimakv/cuda/paged_decode.h"
+
+namespace minimakv::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+struct StepParams {
+  const uint8_t* plan;
+  uint32_t off_seq, off_split, off_entry;
+  PoolViews pools;
+  const float* q;
+  float* q_rot;
+  const float* signs;
+  float* part_o;
+  float* part_m;
+  float* part_l;
+  float* out;
+  float* m;
+  float* l;
+  float* page_m;
+  float* page_l;
+  int q_heads, kv_heads, group;
+  float scale;
+};
+
+__device__ inline int plan_batch(const uint8_t* plan) { return reinterpret_cast<const int32_t*>(plan)[1]; }
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kTile = 32;  // tokens per warp tile: one per lane for QK
+
+template <int F>
+__device__ inline float load_meta(const uint8_t* p) {
+  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+    return 1.0f;
+  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+    return *reinterpret_cast<const float*>(p);
+  } else {
+    return __half2float(__half(__half_raw{*reinterpret_cast<const uint16_t*>(p)}));
+  }
+}
+
+__device__ inline void fp8x4_to_float(uint32_t w, float* x) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((w >> (16 * j)) & 0xffffu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    x[2 * j] = __half2float(__half(__half_raw{h.x}));
+    x[2 * j + 1] = __half2float(__half(__half_raw{h.y}));
+  }
+}
+
+template <int GM, int N>
+__device__ inline void dot_chunk(const float* qs, int D, int c, const float (&x)[N], float (&s)[GM]) {
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    const float4* q4 = reinterpret_cast<const float4*>(qs + g * D + c);
+#pragma unroll
+    for (int e = 0; e < N; e += 4) {
+      const float4 qv = q4[e / 4];
+      s[g] += qv.x * x[e] + qv.y * x[e + 1] + qv.z * x[e + 2] + qv.w * x[e + 3];
+    }
+  }
+}
+
+// Shared-memory row strides of the staged K and V tiles. A lane reads its own token's K row in 16-byte
+// (TQ3 at head_dim 64: 8-byte) pieces, so the K stride is an odd number of pieces (no bank conflicts
+// among the lanes of a phase); lanes read disjoint slices of one V row, so V rows are packed.
+template <int F, int D>
+struct TileGeom {
+  static constexpr int kRow = F == 0 ? 2 * D : F == 1 ? D : 3 * D / 8;
+  static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
+  static constexpr int kKStride = (kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece;
+  static constexpr int kVStride = kRow;
+  static constexpr int kWarpBytes = kTile * (kKStride + kVStride);
+};
+
+// s[g] = <q_g, K row> (before the row's scale) for one staged row; one lane per token.
+template <int F, int D, int GM>
+__device__ inline void qk_row(const uint8_t* row, const float* qs, const float* levels, float (&s)[GM]) {
+#pragma unroll
+  for (int g = 0; g < GM; ++g) s[g] = 0.0f;
+  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+#pragma unroll 4
+    for (int b = 0; b < 2 * D; b += 16) {
+      const uint4 w = *reinterpret_cast<const uint4*>(row + b);
+      const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+      float x[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[2 * i] = __uint_as_float(ws[i] << 16);
+        x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
+      }
+      dot_chunk<GM>(qs, D, b / 2, x, s);
+    }
+  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+#pragma unroll 4
+    for (int b = 0; b < D; b += 16) {
+      const uint4 w = *reinterpret_cast<const uint4*>(row + b);
+      float x[16];
+      fp8x4_to_float(w.x, x);
+      fp8x4_to_float(w.y, x + 4);
+      fp8x4_to_float(w.z, x + 8);
+      fp8x4_to_float(w.w, x + 12);
+      dot_chunk<GM>(qs, D, b, x, s);
+    }
+  } else {
+    // 64 codes = 24 bytes = six 32-bit words (staged rows are 8-byte aligned).
+#pragma unroll
+    for (int c = 0; c < D; c += 64) {
+      uint32_t words[6];
+#pragma unroll
+      for (int i = 0; i < 6; i += 2) {
+        const uint2 w = *reinterpret_cast<const uint2*>(row + 3 * c / 8 + 4 * i);
+        words[i] = w.x;
+        words[i + 1] = w.y;
+      }
+#pragma unroll
+      for (int grp = 0; grp < 8; ++grp) {
+        const int bit = 24 * grp, wi = bit >> 5, sh = bit & 31;
+        const uint32_t v = __funnelshift_r(words[wi], words[wi + 1 < 6 ? wi + 1 : wi], sh);
+        float x[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] = levels[(v >> (3 * j)) & 7u];
+        dot_chunk<GM>(qs, D, c + 8 * grp, x, s);
+      }
+    }
+  }
+}
+
+// Starts the asynchronous copy of rows [0, n) of a K tile and a V tile into this warp's stage.
+template <int F, int D>
+__device__ inline void stage_tile(const uint8_t* k_rows, const uint8_t* v_rows, int n, uint8_t* stage) {
+  using TG = TileGeom<F, D>;
+  constexpr int kPieces = TG::kRow / TG::kPiece;
+  const int lane = threadIdx.x & 31;
+  uint8_t* ks = stage;
+  uint8_t* vs = stage + kTile * TG::kKStride;
+  for (int pc = lane; pc < n * kPieces; pc += 32) {
+    const int r = pc / kPieces, q = pc % kPieces;
+    __pipeline_memcpy_async(ks + r * TG::kKStride + q * TG::kPiece, k_rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+    __pipeline_memcpy_async(vs + r * TG::kVStride + q * TG::kPiece, v_rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+  }
+  __pipeline_commit();
+}
+
+// The E = D / 32 elements [E lane, E lane + E) of one V row, decoded (scale applied by the caller).
+template <int F, int D>
+__device__ inline void load_v_slice(const uint8_t* row, int lane, const float* levels, float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+    uint32_t ws[E / 2];
+    if constexpr (E == 8) {
+      const uint4 w = *reinterpret_cast<const uint4*>(row + 16 * lane);
+      ws[0] = w.x; ws[1] = w.y; ws[2] = w.z; ws[3] = w.w;
+    } else if constexpr (E == 4) {
+      const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
+      ws[0] = w.x; ws[1] = w.y;
+    } else {
+      ws[0] = *reinterpret_cast<const uint32_t*>(row + 4 * lane);
+    }
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) {
+      x[2 * i] = __uint_as_float(ws[i] << 16);
+      x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
+    }
+  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+    if constexpr (E == 8) {
+      const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
+      fp8x4_to_float(w.x, x);
+      fp8x4_to_float(w.y, x + 4);
+    } else if constexpr (E == 4) {
+      fp8x4_to_float(*reinterpret_cast<const uint32_t*>(row + 4 * lane), x);
+    } else {
+      float t[4];
+      fp8x4_to_float(*reinterpret_cast<const uint16_t*>(row + 2 * lane), t);
+      x[0] = t[0];
+      x[1] = t[1];
+    }
+  } else {
+    const int bit = 3 * E * lane;
+    const uint8_t* p = row + (bit >> 3);
+    uint32_t w = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
+    if constexpr (E == 8) w |= static_cast<uint32_t>(p[2]) << 16;
+    w >>= (bit & 7);
+#pragma unroll
+    for (int j = 0; j < E; ++j) x[j] = levels[(w >> (3 * j)) & 7u];
+  }
+}
+
+__device__ inline float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Merges the base-2 softmax state (m2, l2) into (m, l); returns the factors applied to each side.
+__device__ inline void merge_ml(float& m, float& l, float m2, float l2, float& c1, float& c2) {
+  if (l2 == 0.0f) {
+    c1 = 1.0f;
+    c2 = 0.0f;
+    return;
+  }
+  if (l == 0.0f) {
+    m = m2;
+    l = l2;
+    c1 = 0.0f;
+    c2 = 1.0f;
+    return;
+  }
+  const float mn = fmaxf(m, m2);
+  c1 = exp2f(m - mn);
+  c2 = exp2f(m2 - mn);
+  l = l * c1 + l2 * c2;
+  m = mn;
+}
+
+// Dynamic shared memory of the split kernel: [qs | ps | red_m | red_l | levels | stage or red_acc].
+template <int F, int D, int GM>
+struct SplitSmem {
+  static constexpr size_t kQs = 0;
+  static constexpr size_t kPs = kQs + sizeof(float) * GM * D;
+  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * kTile * GM;
+  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * GM;
+  static constexpr size_t kLevels = kRedL + sizeof(float) * kWarps * GM;
+  static constexpr size_t kStage = (kLevels + sizeof(float) * 8 + 15) / 16 * 16;
+  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * TileGeom<F, D>::kWarpBytes;
+  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * GM * D;
+  static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
+};
+
+// One CTA per (split of format F, KV head); all query heads of the GQA group. Per warp: tiles of 32
+// tokens whose K and V rows are copied to shared memory asynchronously in one round trip; QK with one
+// lane per token; the tile's max and one rescale per tile (base-2 exponentials, so the natural-log
+// partials are m * ln 2); PV with each lane owning D / 32 output elements.
+template <int F, int D, int GM>
+__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(StepParams p) {
+  using SM = SplitSmem<F, D, GM>;
+  using TG = TileGeom<F, D>;
+  constexpr int E = D / 32;
+  const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
+  const int batch = plan_batch(p.plan);
+  const int first = offs[F * (batch + 1)], count = offs[F * (batch + 1) + batch] - first;
+  if (static_cast<int>(blockIdx.x) >= count) return;
+  const int split = first + static_cast<int>(blockIdx.x);
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* qs = reinterpret_cast<float*>(smem + SM::kQs);
+  auto* ps = reinterpret_cast<float(*)[kTile][GM]>(smem + SM::kPs);
+  auto* red_m = reinterpret_cast<float(*)[GM]>(smem + SM::kRedM);
+  auto* red_l = reinterpret_cast<float(*)[GM]>(smem + SM::kRedL);
+  float* levels = reinterpret_cast<float*>(smem + SM::kLevels);
+  const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint8_t* stage = smem + SM::kStage + static_cast<size_t>(warp) * TG::kWarpBytes;
+  const uint8_t* st_k = stage;
+  const uint8_t* st_v = stage + kTile * TG::kKStride;
+  if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(static_cast<int>(threadIdx.x));
+  const int G = p.group;
+  const float* qsrc = F == static_cast<int>(codec::PageFormat::kTq3) ? p.q_rot : p.q;
+  const size_t qbase = (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
+  const float qscale = p.scale * kLog2e;
+  for (int i = threadIdx.x; i < GM * D; i += kThreads) qs[i] = i / D < G ? qsrc[qbase + i] * qscale : 0.0f;
+  __syncthreads();
+  const DeviceLayout L = p.pools.layout[F];
+  const uint8_t* base = p.pools.base[F];
+  const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  float m[GM], lsum[GM], acc[GM][E];
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    m[g] = -INFINITY;
+    lsum[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+  }
+  const bool want_pages = p.page_m != nullptr;
+  for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
+    const PlanEntry en = entries[ei];
+    const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
+    const uint8_t* kc = page + static_cast<size_t>(h) * L.code_stride;
+    const uint8_t* vc = page + L.v_codes + static_cast<size_t>(h) * L.code_stride;
+    const uint8_t* km = page + L.k_meta + static_cast<size_t>(h) * L.meta_stride;
+    const uint8_t* vm = page + L.v_meta + static_cast<size_t>(h) * L.meta_stride;
+    const int t_end = min(sp.tok_end, static_cast<int>(en.tokens));
+    float pm[GM], pl[GM];
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+      pm[g] = -INFINITY;
+      pl[g] = 0.0f;
+    }
+    for (int tile = sp.tok_begin + warp * kTile; tile < t_end; tile += kWarps * kTile) {
+      const int n = min(kTile, t_end - tile);
+      stage_tile<F, D>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
+      const int t = tile + lane;
+      const bool valid = lane < n;
+      const float ks = valid ? load_meta<F>(km + static_cast<size_t>(t) * L.meta) : 0.0f;
+      const float vs = valid ? load_meta<F>(vm + static_cast<size_t>(t) * L.meta) : 0.0f;
+      __pipeline_wait_prior(0);
+      __syncwarp();
+      float s[GM];
+      if (valid) {
+        qk_row<F, D, GM>(st_k + lane * TG::kKStride, qs, levels, s);
+#pragma unroll
+        for (int g = 0; g < GM; ++g) s[g] *= ks;
+      } else {
+#pragma unroll
+        for (int g = 0; g < GM; ++g) s[g] = -INFINITY;
+      }
+#pragma unroll
+      for (int g = 0; g < GM; ++g) {
+        const float mn = fmaxf(m[g], warp_max(s[g]));  // finite: lane 0 of a tile is always valid
+        const float c = exp2f(m[g] - mn);
+        const float pr = valid ? exp2f(s[g] - mn) : 0.0f;
+        lsum[g] = lsum[g] * c + pr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] *= c;
+        m[g] = mn;
+        ps[warp][lane][g] = pr * vs;
+        if (want_pages) {
+          float c1, c2;
+          merge_ml(pm[g], pl[g], mn, warp_sum(pr), c1, c2);
+        }
+      }
+      __syncwarp();
+#pragma unroll 4
+      for (int j = 0; j < n; ++j) {
+        float vx[E];
+        load_v_slice<F, D>(st_v + j * TG::kVStride, lane, levels, vx);
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+          const float pj = ps[warp][j][g];
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] += pj * vx[e];
+        }
+      }
+      __syncwarp();
+    }
+    if (want_pages) {
+      if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+          red_m[warp][g] = pm[g];
+          red_l[warp][g] = pl[g];
+        }
+      }
+      __syncthreads();
+      if (static_cast<int>(threadIdx.x) < G) {
+        const int g = threadIdx.x;
+        float mm = -INFINITY, ll = 0.0f, c1, c2;
+        for (int w = 0; w < kWarps; ++w) merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+        const size_t o = static_cast<size_t>(ei) * p.q_heads + static_cast<size_t>(h) * G + g;
+        p.page_m[o] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+        p.page_l[o] = ll;
+      }
+      __syncthreads();
+    }
+  }
+  // Combine the warps through shared memory (red_acc overlays the stages, so wait for every warp).
+  __syncthreads();
+  auto* red_acc = reinterpret_cast<float(*)[GM][D]>(smem + SM::kStage);
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+    const float l = warp_sum(lsum[g]);
+#pragma unroll
+    for (int e = 0; e < E; ++e) red_acc[warp][g][lane * E + e] = acc[g][e];
+    if (lane == 0) {
+      red_m[warp][g] = m[g];
+      red_l[warp][g] = l;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    float mm = -INFINITY, ll = 0.0f, a = 0.0f, c1, c2;
+    for (int w = 0; w < kWarps; ++w) {
+      merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+      a = a * c1 + red_acc[w][g][d] * c2;
+    }
+    const size_t qh = static_cast<size_t>(split) * p.q_heads + static_cast<size_t>(h) * G + g;
+    p.part_o[qh * D + d] = ll > 0.0f ? a / ll : 0.0f;
+    if (d == 0) {
+      p.part_m[qh] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+      p.part_l[qh] = ll;
+    }
+  }
+}
+
+// Canonical in-place FWHT of x[0..D) by D threads of the block.
+template <int D>
+__device__ void block_fwht(float* x) {
+  for (int hh = 1; hh < D; hh <<= 1) {
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < D / 2) {
+      const int pidx = threadIdx.x;
+      const int j = (pidx / hh) * 2 * hh + (pidx % hh);
+      const float a = x[j], b = x[j + hh];
+      x[j] = __fadd_rn(a, b);
+      x[j + hh] = __fadd_rn(a, -b);
+    }
+  }
+  __syncthreads();
+}
+
+// q_rot[b][hq] = R_{kv head} q[b][hq]: signs, FWHT, 1/sqrt(D).
+template <int D>
+__global__ void rotate_queries_kernel(StepParams p) {
+  const int b = blockIdx.x, hq = blockIdx.y;
+  if (b >= plan_batch(p.plan)) return;
+  __shared__ float x[D];
+  const int i = threadIdx.x, h = hq / p.group;
+  const size_t o = (static_cast<size_t>(b) * p.q_heads + hq) * D;
+  x[i] = __fmul_rn(p.q[o + i], p.signs[h * D + i]);
+  block_fwht<D>(x);
+  p.q_rot[o + i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
+}
+
+template <int D>
+__global__ void merge_kernel(StepParams p) {
+  const int b = blockIdx.x, hq = blockIdx.y;
+  if (b >= plan_batch(p.plan)) return;
+  __shared__ float x[D];
+  const int i = threadIdx.x, h = hq / p.group;
+  const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
+  const int batch = plan_batch(p.plan);
+  float mm = -INFINITY;
+  for (int f = 0; f < codec::kNumPageFormats; ++f)
+    for (int s = offs[f * (batch + 1) + b]; s < offs[f * (batch + 1) + b + 1]; ++s) {
+      const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
+      if (p.part_l[qh] > 0.0f) mm = fmaxf(mm, p.part_m[qh]);
+    }
+  float ll = 0.0f, plain = 0.0f, rot = 0.0f;
+  for (int f = 0; f < codec::kNumPageFormats; ++f)
+    for (int s = offs[f * (batch + 1) + b]; s < offs[f * (batch + 1) + b + 1]; ++s) {
+      const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
+      const float ls = p.part_l[qh];
+      if (!(ls > 0.0f)) continue;
+      const float w = ls * expf(p.part_m[qh] - mm);
+      ll += w;
+      const float o = w * p.part_o[qh * D + i];
+      if (f == static_cast<int>(codec::PageFormat::kTq3))
+        rot += o;
+      else
+        plain += o;
+    }
+  x[i] = rot;
+  block_fwht<D>(x);
+  const float back = (x[i] * codec::inv_sqrt_dim(D)) * p.signs[h * D + i];
+  const size_t o = (static_cast<size_t>(b) * p.q_heads + hq) * D;
+  p.out[o + i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
+  if (i == 0) {
+    if (p.m) p.m[static_cast<size_t>(b) * p.q_heads + hq] = mm;
+    if (p.l) p.l[static_cast<size_t>(b) * p.q_heads + hq] = ll;
+  }
+}
+
+template <int F, int D, int GM>
+void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
+  constexpr size_t bytes = SplitSmem<F, D, GM>::kBytes;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(decode_split_kernel<F, D, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "decode: shared memory attribute");
+    return true;
+  }();
+  (void)configured;
+  decode_split_kernel<F, D, GM><<<dim3(max_splits, p.kv_heads), kThreads, bytes, st>>>(p);
+}
+
+template <int D, int GM>
+void launch_split(const StepParams& p, int max_splits, cudaStream_t st) {
+  launch_format<0, D, GM>(p, max_splits, st);
+  launch_format<1, D, GM>(p, max_splits, st);
+  launch_format<2, D, GM>(p, max_splits, st);
+}
+
+template <int D>
+void launch_all(const StepParams& p, int max_batch, int max_splits, cudaStream_t st) {
+  rotate_queries_kernel<D><<<dim3(max_batch, p.q_heads), D, 0, st>>>(p);
+  if (p.group == 1)
+    launch_split<D, 1>(p, max_splits, st);
+  else if (p.group == 2)
+    launch_split<D, 2>(p, max_splits, st);
+  else if (p.group <= 4)
+    launch_split<D, 4>(p, max_splits, st);
+  else if (p.group <= 6)
+    launch_split<D, 6>(p, max_splits, st);
+  else
+    launch_split<D, 8>(p, max_splits, st);
+  merge_kernel<D><<<dim3(max_batch, p.q_heads), D, 0, st>>>(p);
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+void validate_shape(const DecodeShape& s) {
+  codec::require_supported_head_dim(s.head_dim, "DecodeWorkspace");
+  require(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0,
+          "DecodeWorkspace: q_heads must be a positive multiple of kv_heads");
+  require(s.q_heads / s.kv_heads <= 8, "DecodeWorkspace: GQA ratio above 8 is not supported");
+  require(s.tokens_per_page >= 1 && s.tokens_per_page <= codec::kMaxTokensPerPage,
+          "DecodeWorkspace: tokens_per_page out of range");
+}
+
+}  // namespace
+
+DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens,
+                            bool page_granular) {
+  validate_shape(shape);
+  const int B = shape.tokens_per_page;
+  if (split_tokens <= 0) {
+    // Aim for about 8 CTAs per SM of a 132-SM part; splits of 128..1024 tokens.
+    size_t tokens = 0;
+    for (const auto& s : seqs)
+      for (const auto& pr : s) tokens += pr.tokens;
+    const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / (132 * 8);
+    split_tokens = 128;
+    while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
+  }
+  DecodePlan plan;
+  plan.batch = static_cast<int>(seqs.size());
+  // Format-major, then sequence: each format's splits are one contiguous range (one launch per format).
+  plan.seq_split_begin.push_back(0);
+  for (int f = 0; f < codec::kNumPageFormats; ++f) {
+    if (f > 0) plan.seq_split_begin.push_back(static_cast<int32_t>(plan.splits.size()));
+    for (size_t si = 0; si < seqs.size(); ++si) {
+      const int first = static_cast<int>(plan.entries.size());
+      uint32_t logical = 0;
+      for (const auto& pr : seqs[si]) {
+        if (static_cast<int>(pr.format) == f) {
+          require(pr.page_id != 0, "make_decode_plan: page id 0 is the null page");
+          require(pr.tokens >= 1 && pr.tokens <= static_cast<uint32_t>(B),
+                  "make_decode_plan: page token count outside [1, tokens_per_page]");
+          plan.entries.push_back({pr.page_id, pr.tokens, static_cast<uint32_t>(si), logical});
+        }
+        ++logical;
+      }
+      const int last = static_cast<int>(plan.entries.size());
+      if (B >= split_tokens) {
+        const int parts = page_granular ? 1 : (B + split_tokens - 1) / split_tokens;
+        const int step = (B + parts - 1) / parts;
+        for (int e = first; e < last; ++e)
+          for (int t = 0; t < static_cast<int>(plan.entries[e].tokens); t += step)
+            plan.splits.push_back({static_cast<int32_t>(si), f, e, e + 1, t, std::min(B, t + step)});
+      } else {
+        const int per = std::max(1, split_tokens / B);
+        for (int e = first; e < last; e += per)
+          plan.splits.push_back({static_cast<int32_t>(si), f, e, std::min(last, e + per), 0, B});
+      }
+      plan.seq_split_begin.push_back(static_cast<int32_t>(plan.splits.size()));
+    }
+  }
+  return plan;
+}
+
+DecodeWorkspace::DecodeWorkspace(const DecodeShape& shape, int max_batch, int max_splits, int max_entries)
+    : shape_(shape), max_batch_(max_batch), max_splits_(max_splits), max_entries_(max_entries) {
+  validate_shape(shape);
+  require(max_batch > 0 && max_splits > 0 && max_entries > 0, "DecodeWorkspace: capacities must be positive");
+  off_seq_ = 16;
+  off_split_ = codec::align_up(off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (max_batch + 1), 16);
+  off_entry_ = codec::align_up(off_split_ + sizeof(PlanSplit) * max_splits, 16);
+  blob_bytes_ = codec::align_up(off_entry_ + sizeof(PlanEntry) * max_entries, 16);
+  staging_ = PinnedArray<uint8_t>(blob_bytes_);
+  std::memset(staging_.get(), 0, blob_bytes_);
+  plan_ = DeviceArray<uint8_t>(blob_bytes_);
+  check(cudaMemset(plan_.get(), 0, blob_bytes_), "DecodeWorkspace: cudaMemset");
+  const size_t qh = static_cast<size_t>(shape.q_heads);
+  q_rot_ = DeviceArray<float>(static_cast<size_t>(max_batch) * qh * shape.head_dim);
+  part_o_ = DeviceArray<float>(static_cast<size_t>(max_splits) * qh * shape.head_dim);
+  part_m_ = DeviceArray<float>(static_cast<size_t>(max_splits) * qh);
+  part_l_ = DeviceArray<float>(static_cast<size_t>(max_splits) * qh);
+}
+
+void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
+  require(plan.batch >= 1 && plan.batch <= max_batch_, "DecodeWorkspace::stage: batch " + std::to_string(plan.batch) +
+                                                           " outside [1, " + std::to_string(max_batch_) + "]");
+  require(static_cast<int>(plan.splits.size()) <= max_splits_,
+          "DecodeWorkspace::stage: " + std::to_string(plan.splits.size()) + " splits exceed the capacity " +
+              std::to_string(max_splits_));
+  require(static_cast<int>(plan.entries.size()) <= max_entries_,
+          "DecodeWorkspace::stage: " + std::to_string(plan.entries.size()) + " entries exceed the capacity " +
+              std::to_string(max_entries_));
+  require(plan.seq_split_begin.size() == static_cast<size_t>(codec::kNumPageFormats) * (plan.batch + 1),
+          "DecodeWorkspace::stage: seq_split_begin must hold 3 * (batch + 1) offsets");
+  for (int f = 0; f < codec::kNumPageFormats; ++f)
+    for (int b = 0; b <= plan.batch; ++b) {
+      const int32_t o = plan.seq_split_begin[f * (plan.batch + 1) + b];
+      require(o >= 0 && o <= static_cast<int32_t>(plan.splits.size()) &&
+                  (b == 0 || o >= plan.seq_split_begin[f * (plan.batch + 1) + b - 1]),
+              "DecodeWorkspace::stage: split offsets must be non-decreasing and in range");
+      if (b < plan.batch)
+        for (int32_t sidx = o; sidx < plan.seq_split_begin[f * (plan.batch + 1) + b + 1]; ++sidx)
+          require(plan.splits[sidx].format == f && plan.splits[sidx].seq == b,
+                  "DecodeWorkspace::stage: split outside its (format, sequence) range");
+    }
+  DecodeStats st;
+  std::array<bool, codec::kNumPageFormats> seen{};
+  for (const auto& sp : plan.splits) {
+    require(sp.format >= 0 && sp.format < codec::kNumPageFormats, "DecodeWorkspace::stage: bad split format");
+    require(sp.entry_begin >= 0 && sp.entry_begin < sp.entry_end &&
+                sp.entry_end <= static_cast<int>(plan.entries.size()),
+            "DecodeWorkspace::stage: split entries out of range");
+    require(sp.tok_begin >= 0 && sp.tok_begin < sp.tok_end && sp.tok_end <= shape_.tokens_per_page,
+            "DecodeWorkspace::stage: split token range out of range");
+    require(pools.base[sp.format] != nullptr, "DecodeWorkspace::stage: no pool for a format the plan reads");
+    const DeviceLayout& L = pools.layout[sp.format];
+    seen[sp.format] = true;
+    for (int e = sp.entry_begin; e < sp.entry_end; ++e) {
+      const int n = std::max(0, std::min<int>(sp.tok_end, plan.entries[e].tokens) - sp.tok_begin);
+      st.bytes_read[sp.format] += static_cast<uint64_t>(n) * shape_.kv_heads * 2ull * (L.row + L.meta);
+    }
+  }
+  const bool tq3 = seen[2], exact = seen[0] || seen[1];
+  st.route = tq3 && exact ? "mixed" : tq3 ? "tq3-only" : seen[1] && !seen[0] ? "fp8-only" : "dense";
+  st.splits = static_cast<int>(plan.splits.size());
+  st.entries = static_cast<int>(plan.entries.size());
+  uint8_t* blob = staging_.get();
+  const int32_t header[4] = {st.splits, plan.batch, 0, 0};
+  std::memcpy(blob, header, sizeof header);
+  std::memcpy(blob + off_seq_, plan.seq_split_begin.data(), plan.seq_split_begin.size() * sizeof(int32_t));
+  if (!plan.splits.empty()) std::memcpy(blob + off_split_, plan.splits.data(), plan.splits.size() * sizeof(PlanSplit));
+  if (!plan.entries.empty())
+    std::memcpy(blob + off_entry_, plan.entries.data(), plan.entries.size() * sizeof(PlanEntry));
+  stats_ = st;
+}
+
+void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream) const {
+  require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
+  require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");
+  check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, stream),
+        "DecodeWorkspace::launch: plan copy");
+  StepParams p{};
+  p.plan = plan_.get();
+  p.off_seq = static_cast<uint32_t>(off_seq_);
+  p.off_split = static_cast<uint32_t>(off_split_);
+  p.off_entry = static_cast<uint32_t>(off_entry_);
+  p.pools = pools;
+  p.q = io.q;
+  p.q_rot = q_rot_.get();
+  p.signs = io.signs;
+  p.part_o = part_o_.get();
+  p.part_m = part_m_.get();
+  p.part_l = part_l_.get();
+  p.out = io.out;
+  p.m = io.m;
+  p.l = io.l;
+  p.page_m = io.page_m;
+  p.page_l = io.page_l;
+  p.q_heads = shape_.q_heads;
+  p.kv_heads = shape_.kv_heads;
+  p.group = shape_.q_heads / shape_.kv_heads;
+  p.scale = shape_.softmax_scale > 0.0f ? shape_.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+  switch (shape_.head_dim) {
+    case 64: launch_all<64>(p, max_batch_, max_splits_, stream); break;
+    case 128: launch_all<128>(p, max_batch_, max_splits_, stream); break;
+    default: launch_all<256>(p, max_batch_, max_splits_, stream); break;
+  }
+  check(cudaGetLastError(), "DecodeWorkspace::launch");
+}
+
+}  // namespace minimakv::cuda
