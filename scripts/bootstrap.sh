@@ -26,3 +26,10 @@ if [[ ! -x .venv/bin/python3 ]] || ! .venv/bin/python3 -c "import tokenizers" 2>
   .venv/bin/pip install -q --disable-pip-version-check "tokenizers>=0.20,<1"
 fi
 echo "bootstrap: reference venv .venv ($(.venv/bin/python3 -c 'import tokenizers; print("tokenizers", tokenizers.__version__)'))"
+
+# The evaluation's held-out essay and key words (and the training text), extracted from the Debian
+# packages above; regenerated only when missing.
+if [[ ! -s data/corpus/essay.txt || ! -s data/words/eval_nouns.txt ]]; then
+  python3 scripts/data/extract_corpus.py --out data
+fi
+echo "bootstrap: evaluation data in data/ ($(wc -l < data/words/eval_nouns.txt) evaluation nouns)"

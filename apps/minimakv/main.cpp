@@ -6,6 +6,7 @@
 
 #include "attn_bench.h"
 #include "codec_report.h"
+#include "eval_cmd.h"
 #include "generate_cmd.h"
 #include "stress_cmd.h"
 #include "tokenize_cmd.h"
@@ -61,6 +62,30 @@ int main(int argc, char** argv) {
   gen->add_flag("--json", go.json, "machine-readable output");
   gen->add_flag("--prompt-logits", go.prompt_logits, "with --json: include the logits after the prompt");
 
+  gen->add_flag("--scoring", go.gen.controller.scoring, "feed attention page scores to the controller (minima)");
+
+  minimakv::app::EvalCmdOptions eo;
+  auto* ev = app.add_subcommand("eval", "RULER-NIAH, KL and KV memory of bf16 / fp8 / minima arms on identical inputs");
+  ev->add_option("what", eo.what, "niah, kl, memory or all")->check(CLI::IsMember({"niah", "kl", "memory", "all"}));
+  ev->add_option("--model", eo.model, "model directory");
+  ev->add_option("--data", eo.data, "directory made by scripts/data/extract_corpus.py (essay, evaluation words)");
+  ev->add_option("--tasks", eo.tasks, "RULER NIAH tasks (default: all eight)")->delimiter(',');
+  ev->add_option("--lengths", eo.lengths, "lengths in model tokens, prompt plus generation budget")->delimiter(',');
+  ev->add_option("--examples", eo.examples, "examples per task and length")->check(CLI::Range(1, 100000));
+  ev->add_option("--arms", eo.arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")->delimiter(',');
+  ev->add_option("--seed", eo.seed, "example and bootstrap seed");
+  ev->add_option("--page-size", eo.page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
+  ev->add_option("--prefill-chunk", eo.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(16, 1 << 20));
+  ev->add_option("--gen-budget", eo.gen_budget, "answer tokens reserved inside each length")->check(CLI::Range(1, 4096));
+  ev->add_option("--threads", eo.threads, "CPU threads (default: all)");
+  ev->add_option("--kl-lengths", eo.kl_lengths, "KL window lengths")->delimiter(',');
+  ev->add_option("--kl-windows", eo.kl_windows, "KL windows per length")->check(CLI::Range(1, 100000));
+  ev->add_option("--kl-score-tokens", eo.kl_score_tokens, "scored positions at the end of each window");
+  ev->add_option("--memory-tokens", eo.memory_tokens, "live-token counts for the memory table")->delimiter(',');
+  ev->add_flag("--quick", eo.quick, "CPU smoke run: 1K tokens, 1 example per task, bf16 vs minima");
+  ev->add_option("--json", eo.json, "write machine-readable results here");
+  ev->add_option("--markdown", eo.markdown, "write the Markdown report here");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
@@ -68,6 +93,7 @@ int main(int argc, char** argv) {
     if (attn->parsed()) return minimakv::app::run_attn_bench(ab);
     if (tokc->parsed()) return minimakv::app::run_tokenize(tok_model);
     if (gen->parsed()) return minimakv::app::run_generate(go);
+    if (ev->parsed()) return minimakv::app::run_eval(eo);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "minimakv: error: %s\n", e.what());
     return 1;

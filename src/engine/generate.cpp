@@ -49,10 +49,15 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
     for (int64_t e : model.config().eos_token_ids) stops.push_back(static_cast<int32_t>(e));
   GenerateResult r;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits;
+  std::vector<float> logits, scores;
+  const bool scoring = opt.mode == cache::KvMode::kMinima && opt.controller.scoring;
+  auto step = [&](std::span<const int32_t> ids) {
+    logits = model.forward(store, seq, ids, pool, false, scoring ? &scores : nullptr);
+    if (scoring) ctl.observe(seq, scores);
+  };
   const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
   for (size_t p = 0; p < rest.size(); p += chunk) {
-    logits = model.forward(store, seq, rest.subspan(p, std::min(chunk, rest.size() - p)), pool);
+    step(rest.subspan(p, std::min(chunk, rest.size() - p)));
     checkpoint();
     if (opt.on_prefill_progress) opt.on_prefill_progress(std::min(rest.size(), p + chunk), rest.size());
   }
@@ -64,7 +69,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
     r.tokens.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == opt.max_new_tokens) break;
-    logits = model.forward(store, seq, std::span<const int32_t>(&r.tokens.back(), 1), pool);
+    step(std::span<const int32_t>(&r.tokens.back(), 1));
     if (opt.checkpoint_interval > 0 && (i + 1) % opt.checkpoint_interval == 0) checkpoint();
   }
   const auto t2 = std::chrono::steady_clock::now();
@@ -98,13 +103,16 @@ Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens
       }()),
       ctl_(opt_.controller), pool_(pool) {}
 
-Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token) {
+Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token,
+                             int max_new_tokens) {
   if (prompt.empty()) throw std::invalid_argument("Session::run: empty prompt");
   Result res;
   auto [seq, covered] = store_.create_sequence_with_prefix(prompt.first(prompt.size() - 1));
   res.reused_tokens = covered;
   try {
-    res.gen = run_sequence(model_, store_, ctl_, seq, prompt.subspan(covered), opt_, pool_, on_token);
+    GenerateOptions opt = opt_;
+    if (max_new_tokens >= 0) opt.max_new_tokens = max_new_tokens;
+    res.gen = run_sequence(model_, store_, ctl_, seq, prompt.subspan(covered), opt, pool_, on_token);
   } catch (...) {
     store_.finish(seq);
     ctl_.forget(seq);

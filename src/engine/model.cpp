@@ -56,7 +56,7 @@ cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, 
 }
 
 std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
-                                  attention::ThreadPool* pool, bool all_logits) const {
+                                  attention::ThreadPool* pool, bool all_logits, std::vector<float>* page_scores) const {
   const auto& c = cfg_;
   const int n = static_cast<int>(ids.size());
   const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim), I = static_cast<int>(c.intermediate_size);
@@ -74,6 +74,8 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
       u(g.size()), a(g.size());
   for (int t = 0; t < n; ++t) std::copy_n(embed_.begin() + static_cast<std::ptrdiff_t>(ids[t]) * H, H, x.begin() + static_cast<std::ptrdiff_t>(t) * H);
   store.begin_append(seq, ids);
+  if (page_scores) page_scores->clear();
+  attention::PagePartials partials;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     h = x;
@@ -91,7 +93,12 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
     {
       auto pin = store.pin(seq);
       const auto in = attention::layer_input(store, pin, static_cast<int>(l), Hq);
-      attention::attend(in, {q, n, first}, attn, nullptr, {0, pool});
+      attention::attend(in, {q, n, first}, attn, page_scores ? &partials : nullptr, {0, pool});
+    }
+    if (page_scores) {
+      const auto r = attention::page_scores(partials);
+      if (page_scores->size() < r.size()) page_scores->resize(r.size(), 0.0f);
+      for (size_t p = 0; p < r.size(); ++p) (*page_scores)[p] += r[p] / static_cast<float>(layers_.size());
     }
     matmul(attn, n, Hq * D, L.wo, H, o);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];

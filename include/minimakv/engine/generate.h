@@ -54,7 +54,10 @@ class Session {
     GenerateResult gen;
     size_t reused_tokens = 0;  // prompt tokens served from the prefix cache
   };
-  Result run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token = {});
+  // max_new_tokens >= 0 overrides the session's option for this request (0: prefill only, e.g. to cache
+  // a document that later requests query).
+  Result run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token = {},
+             int max_new_tokens = -1);
   const cache::KvStore& store() const { return store_; }
 
  private:

@@ -30,9 +30,12 @@ class Model {
   cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const;
 
   // Appends `ids` to `seq` and returns the logits of the last of them (vocab_size floats), or of every
-  // one when all_logits ([n][vocab]).
+  // one when all_logits ([n][vocab]). With page_scores, also returns one attention score per logical
+  // page of the sequence (eq. 7-9 from the kernel's own page partials: all query heads and queries of
+  // the chunk, averaged over layers), which the tier controller folds into its EWMA.
   std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
-                             attention::ThreadPool* pool = nullptr, bool all_logits = false) const;
+                             attention::ThreadPool* pool = nullptr, bool all_logits = false,
+                             std::vector<float>* page_scores = nullptr) const;
 
  private:
   struct Layer {

@@ -1,0 +1,94 @@
+#include "eval_cmd.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "minimakv/eval/report.h"
+#include "minimakv/eval/runner.h"
+
+namespace minimakv::app {
+
+namespace {
+
+void fill_defaults(EvalCmdOptions& o) {
+  // --quick: a CPU smoke run (CI, the README's first command); otherwise the GPU-scale settings.
+  if (o.lengths.empty()) o.lengths = o.quick ? std::vector<int>{1024} : std::vector<int>{4096, 8192, 16384};
+  if (o.examples == 0) o.examples = o.quick ? 1 : 64;
+  if (o.arms.empty())
+    o.arms = o.quick ? std::vector<std::string>{"bf16", "minima"}
+                     : std::vector<std::string>{"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"};
+  if (o.kl_lengths.empty()) o.kl_lengths = o.quick ? std::vector<int>{1024} : std::vector<int>{4096, 16384};
+  if (o.kl_windows == 0) o.kl_windows = o.quick ? 1 : 8;
+  if (o.kl_score_tokens == 0) o.kl_score_tokens = o.quick ? 128 : 512;
+  if (o.memory_tokens.empty()) o.memory_tokens = o.quick ? std::vector<size_t>{16384, 65536} : std::vector<size_t>{16384, 65536, 131072};
+}
+
+}  // namespace
+
+int run_eval(EvalCmdOptions o) {
+  fill_defaults(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = engine::Model::load(o.model);
+  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  attention::ThreadPool pool(threads);
+  nlohmann::json j = {{"model", o.model}, {"seed", o.seed}, {"threads", threads}, {"quick", o.quick}};
+  std::string md = fmt::format("Model `{}`, seed {}, {} CPU threads. Compression happens during prefill: every arm prefills "
+                               "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
+                               "its tiers when the question is read.\n\nArms:\n",
+                               o.model, o.seed, threads, o.prefill_chunk);
+  for (const auto& a : o.arms) md += "- `" + a + "`: " + eval::make_arm(a, o.page_size, o.prefill_chunk).describe() + "\n";
+  const bool all = o.what == "all";
+  if (all || o.what == "niah") {
+    const auto data = eval::load_niah_data(o.data);
+    eval::NiahConfig cfg;
+    cfg.tasks = o.tasks;
+    cfg.lengths = o.lengths;
+    cfg.examples = o.examples;
+    cfg.seed = o.seed;
+    cfg.arms = o.arms;
+    cfg.page_size = o.page_size;
+    cfg.prefill_chunk = o.prefill_chunk;
+    cfg.gen_budget = o.gen_budget;
+    size_t done = 0;
+    const size_t total = (o.tasks.empty() ? eval::ruler_niah_tasks().size() : o.tasks.size()) * o.lengths.size() *
+                         static_cast<size_t>(o.examples) * o.arms.size();
+    const auto recs = eval::run_niah(*model, data, cfg, &pool, [&](const eval::NiahRecord& r) {
+      std::fprintf(stderr, "\r[%zu/%zu] %s %d #%d %s: %.2f   ", ++done, total, r.task.c_str(), r.length, r.index, r.arm.c_str(),
+                   r.score);
+    });
+    std::fprintf(stderr, "\n");
+    md += "\n### RULER-NIAH\n" + eval::niah_markdown(recs, o.seed);
+    j["niah"] = eval::to_json(recs, o.seed);
+  }
+  if (all || o.what == "kl") {
+    const auto data = eval::load_niah_data(o.data);
+    const auto kl = eval::run_kl(*model, data, o.kl_lengths, o.kl_windows, o.kl_score_tokens, o.arms, o.page_size,
+                                 o.prefill_chunk, o.seed, &pool);
+    md += fmt::format("\n### KL divergence of next-token distributions (held-out essay, last {} positions of each window)\n",
+                      o.kl_score_tokens) +
+          eval::kl_markdown(kl);
+    j["kl"] = eval::to_json(kl);
+  }
+  if (all || o.what == "memory") {
+    std::vector<std::string> arms;
+    for (const auto& a : o.arms)
+      if (a != "minima-reuse") arms.push_back(a);
+    const auto mem = eval::project_memory(*model, arms, o.memory_tokens, o.page_size, o.prefill_chunk);
+    md += "\n### KV memory per live token, from the store's accounting (one sequence of that many tokens)\n" +
+          eval::memory_markdown(mem);
+    j["memory"] = eval::to_json(mem);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  md += fmt::format("\n(total {:.0f} s)\n", secs);
+  j["seconds"] = secs;
+  std::fputs(md.c_str(), stdout);
+  if (!o.markdown.empty()) std::ofstream(o.markdown) << md;
+  if (!o.json.empty()) std::ofstream(o.json) << j.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace minimakv::app

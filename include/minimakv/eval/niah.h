@@ -1,0 +1,79 @@
+// RULER needle-in-a-haystack tasks, generated in C++ from the held-out essay and evaluation word lists.
+//
+// Owns: the eight RULER NIAH task definitions, the deterministic example generator and the
+// string_match_all scorer. Invariants: the same (seed, task, length, index) gives a byte-identical
+// prompt on every machine (own SplitMix64 stream, no std distributions); a prompt plus its generation
+// budget never exceeds the target length in model tokens; needle depths spread over the context
+// (a low-discrepancy sequence over example indices). The data (data/corpus/essay.txt and
+// data/words/eval_*.txt) comes from scripts/data/extract_corpus.py; the model never trained on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "minimakv/model/tokenizer.h"
+
+namespace minimakv::eval {
+
+enum class Haystack { kNoise, kEssay, kNeedles };
+enum class ValueKind { kNumbers, kWords, kUuids };
+
+struct TaskSpec {
+  std::string name;
+  Haystack haystack;
+  ValueKind key_kind, value_kind;
+  int keys, values_per_key, queries;
+};
+
+// niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery (RULER's definitions).
+const std::vector<TaskSpec>& ruler_niah_tasks();
+// Throws std::invalid_argument naming the valid tasks.
+const TaskSpec& task_by_name(std::string_view name);
+
+struct NiahData {
+  std::vector<std::string> essay_sentences;
+  std::vector<std::string> adjectives, nouns;
+};
+// Loads <dir>/corpus/essay.txt and <dir>/words/eval_{adjectives,nouns}.txt; a clear error when missing.
+NiahData load_niah_data(const std::string& data_dir);
+
+struct Example {
+  std::string task;
+  int length = 0;  // target in model tokens: prompt + generation budget
+  int index = 0;
+  std::string prompt;                 // ends with the answer prefix
+  std::vector<std::string> expected;  // the values the answer must contain
+  std::vector<double> depths;         // of the needles, as a fraction of the context
+  std::vector<int32_t> ids;           // the prompt's tokens
+};
+
+class NiahGenerator {
+ public:
+  NiahGenerator(const NiahData& data, const model::Tokenizer& tok, uint64_t seed);
+  // gen_budget tokens are reserved for the answer. Throws when the length cannot hold the template.
+  Example make(const TaskSpec& task, int length, int gen_budget, int index) const;
+
+ private:
+  const NiahData& data_;
+  const model::Tokenizer& tok_;
+  uint64_t seed_;
+};
+
+// RULER's string_match_all: the fraction of expected values contained in the lowercased output.
+double string_match_all(std::string_view output, const std::vector<std::string>& expected);
+
+// Deterministic 64-bit stream (SplitMix64) with unbiased bounded draws.
+class SplitMix {
+ public:
+  explicit SplitMix(uint64_t seed) : s_(seed) {}
+  uint64_t next();
+  uint64_t below(uint64_t n);  // uniform in [0, n), n > 0
+  double unit();               // uniform in [0, 1)
+
+ private:
+  uint64_t s_;
+};
+
+}  // namespace minimakv::eval

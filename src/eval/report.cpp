@@ -1,0 +1,209 @@
+#include "minimakv/eval/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "minimakv/eval/stats.h"
+
+namespace minimakv::eval {
+
+namespace {
+
+template <typename T>
+std::vector<T> ordered_unique(const std::vector<NiahRecord>& rs, T NiahRecord::*field) {
+  std::vector<T> out;
+  for (const auto& r : rs)
+    if (std::find(out.begin(), out.end(), r.*field) == out.end()) out.push_back(r.*field);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// scores[arm][task] in example order
+using Scores = std::map<std::string, std::map<std::string, std::vector<double>>>;
+
+Scores scores_at(const std::vector<NiahRecord>& rs, int length) {
+  Scores s;
+  std::map<std::tuple<std::string, std::string, int>, double> by;
+  for (const auto& r : rs)
+    if (r.length == length) by[{r.arm, r.task, r.index}] = r.score;
+  for (const auto& [k, v] : by) s[std::get<0>(k)][std::get<1>(k)].push_back(v);
+  return s;
+}
+
+std::string pct(double x) { return fmt::format("{:.1f}", 100.0 * x); }
+
+std::string paired_cell(const PairedResult& p) {
+  return fmt::format("{} ({:+.1f} [{:+.1f}, {:+.1f}], p={:.2g})", pct(p.arm), 100 * p.diff, 100 * p.lo, 100 * p.hi, p.mcnemar_p);
+}
+
+}  // namespace
+
+std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
+  std::string md;
+  const auto arms = ordered_unique(rs, &NiahRecord::arm);
+  const auto tasks = ordered_unique(rs, &NiahRecord::task);
+  const auto lengths = ordered_unique(rs, &NiahRecord::length);
+  const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
+  for (int len : lengths) {
+    const auto s = scores_at(rs, len);
+    size_t n = 0;
+    if (!s.empty() && !s.begin()->second.empty()) n = s.begin()->second.begin()->second.size();
+    md += fmt::format("\n**{} tokens** ({} examples per task). Accuracy (string_match_all x 100); for each arm the paired "
+                      "difference to bf16 with its 95% bootstrap CI and McNemar's exact p.\n\n| task |", len, n);
+    for (const auto& a : arms) md += " " + a + " |";
+    md += "\n|---|";
+    for (size_t i = 0; i < arms.size(); ++i) md += "---|";
+    md += "\n";
+    uint64_t k = seed;
+    for (const auto& t : tasks) {
+      md += "| " + t + " |";
+      for (const auto& a : arms) {
+        const auto& x = s.at(a).at(t);
+        if (a == "bf16" || !has_base) {
+          double m = 0;
+          for (double v : x) m += v / static_cast<double>(x.size());
+          md += " " + pct(m) + " |";
+        } else {
+          md += " " + paired_cell(paired_bootstrap(x, s.at("bf16").at(t), ++k)) + " |";
+        }
+      }
+      md += "\n";
+    }
+    md += "| **macro** |";
+    for (const auto& a : arms) {
+      std::vector<std::vector<double>> arm_s, base_s;
+      for (const auto& t : tasks) {
+        arm_s.push_back(s.at(a).at(t));
+        base_s.push_back(has_base ? s.at("bf16").at(t) : s.at(a).at(t));
+      }
+      const auto p = paired_bootstrap_macro(arm_s, base_s, ++k);
+      md += " **" + (a == "bf16" || !has_base ? pct(p.arm) : paired_cell(p)) + "** |";
+    }
+    md += "\n";
+  }
+  // Memory and speed per arm and length, from the runs' own accounting and clocks.
+  md += "\nKV memory at the end of each request (all layers, block tables included; reconciled = every pool's "
+        "bytes add up), and CPU speed (median over examples):\n\n"
+        "| length | arm | bytes / live token | Recent KiB | Anchor KiB | Stale KiB | vs bf16 | vs fp8 | reconciled | "
+        "prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (int len : lengths) {
+    std::map<std::string, double> bpt;
+    for (const auto& a : arms) {
+      std::vector<double> b;
+      for (const auto& r : rs)
+        if (r.length == len && r.arm == a) b.push_back(r.kv.bytes_per_token);
+      double m = 0;
+      for (double v : b) m += v / static_cast<double>(b.size());
+      bpt[a] = m;
+    }
+    for (const auto& a : arms) {
+      double rec = 0, anc = 0, st = 0, cnt = 0;
+      bool ok = true;
+      std::vector<double> pf, dc;
+      for (const auto& r : rs) {
+        if (r.length != len || r.arm != a) continue;
+        rec += static_cast<double>(r.kv.recent);
+        anc += static_cast<double>(r.kv.anchor);
+        st += static_cast<double>(r.kv.stale);
+        cnt += 1;
+        ok = ok && r.kv.reconciled;
+        const double pt = static_cast<double>(r.prompt_tokens - r.reused_tokens);
+        if (r.prefill_s > 0) pf.push_back(pt / r.prefill_s);
+        if (r.decode_s > 0 && r.generated > 1) dc.push_back(static_cast<double>(r.generated - 1) / r.decode_s);
+      }
+      md += fmt::format("| {} | {} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {} | {} | {} | {:.0f} | {:.1f} |\n", len, a, bpt[a],
+                        rec / cnt / 1024, anc / cnt / 1024, st / cnt / 1024,
+                        bpt.count("bf16") ? fmt::format("{:.2f}x", bpt["bf16"] / bpt[a]) : "-",
+                        bpt.count("fp8") ? fmt::format("{:.2f}x", bpt["fp8"] / bpt[a]) : "-", ok ? "yes" : "NO", median(pf),
+                        median(dc));
+    }
+  }
+  return md;
+}
+
+std::string kl_markdown(const std::vector<KlRecord>& rs) {
+  std::string md =
+      "\n| length | arm | windows | positions | mean KL(arm‖bf16) | p99 | mean KL(bf16‖arm) | p99 |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rs)
+    md += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} |\n", r.length, r.arm, r.windows, r.positions,
+                      r.mean, r.p99, r.mean_rev, r.p99_rev);
+  return md;
+}
+
+std::string memory_markdown(const std::vector<MemoryRecord>& rs) {
+  std::map<size_t, std::map<std::string, double>> bpt;
+  for (const auto& r : rs) bpt[r.tokens][r.arm] = r.kv.bytes_per_token;
+  std::string md =
+      "\n| live tokens | arm | bytes / live token | Recent MiB | Anchor MiB | Stale MiB | block tables KiB | vs bf16 | vs fp8 | reconciled |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rs) {
+    const auto& b = bpt[r.tokens];
+    md += fmt::format("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {} | {} | {} |\n", r.tokens, r.arm, r.kv.bytes_per_token,
+                      static_cast<double>(r.kv.recent) / 1048576.0, static_cast<double>(r.kv.anchor) / 1048576.0,
+                      static_cast<double>(r.kv.stale) / 1048576.0, static_cast<double>(r.kv.block_tables) / 1024.0,
+                      b.count("bf16") ? fmt::format("{:.2f}x", b.at("bf16") / r.kv.bytes_per_token) : "-",
+                      b.count("fp8") ? fmt::format("{:.2f}x", b.at("fp8") / r.kv.bytes_per_token) : "-", r.kv.reconciled ? "yes" : "NO");
+  }
+  return md;
+}
+
+namespace {
+nlohmann::json kv_json(const KvUse& k) {
+  return {{"recent", k.recent}, {"anchor", k.anchor}, {"stale", k.stale}, {"block_tables", k.block_tables},
+          {"live_tokens", k.live_tokens}, {"bytes_per_token", k.bytes_per_token}, {"reconciled", k.reconciled}};
+}
+}  // namespace
+
+nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
+  nlohmann::json j = {{"seed", seed}, {"records", nlohmann::json::array()}, {"summary", nlohmann::json::array()}};
+  for (const auto& r : rs)
+    j["records"].push_back({{"task", r.task}, {"arm", r.arm}, {"length", r.length}, {"index", r.index}, {"score", r.score},
+                            {"output", r.output}, {"prompt_tokens", r.prompt_tokens}, {"reused_tokens", r.reused_tokens},
+                            {"generated", r.generated}, {"prefill_s", r.prefill_s}, {"decode_s", r.decode_s}, {"kv", kv_json(r.kv)}});
+  const auto arms = ordered_unique(rs, &NiahRecord::arm);
+  const auto tasks = ordered_unique(rs, &NiahRecord::task);
+  const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
+  uint64_t k = seed;
+  for (int len : ordered_unique(rs, &NiahRecord::length)) {
+    const auto s = scores_at(rs, len);
+    for (const auto& a : arms) {
+      std::vector<std::vector<double>> arm_s, base_s;
+      for (const auto& t : tasks) {
+        const auto p = paired_bootstrap(s.at(a).at(t), has_base ? s.at("bf16").at(t) : s.at(a).at(t), ++k);
+        j["summary"].push_back({{"length", len}, {"arm", a}, {"task", t}, {"n", p.n}, {"accuracy", 100 * p.arm},
+                                {"diff_vs_bf16", 100 * p.diff}, {"ci95", {100 * p.lo, 100 * p.hi}}, {"mcnemar_p", p.mcnemar_p}});
+        arm_s.push_back(s.at(a).at(t));
+        base_s.push_back(has_base ? s.at("bf16").at(t) : s.at(a).at(t));
+      }
+      const auto p = paired_bootstrap_macro(arm_s, base_s, ++k);
+      j["summary"].push_back({{"length", len}, {"arm", a}, {"task", "macro"}, {"n", p.n}, {"accuracy", 100 * p.arm},
+                              {"diff_vs_bf16", 100 * p.diff}, {"ci95", {100 * p.lo, 100 * p.hi}}, {"mcnemar_p", p.mcnemar_p}});
+    }
+  }
+  return j;
+}
+
+nlohmann::json to_json(const std::vector<KlRecord>& rs) {
+  auto j = nlohmann::json::array();
+  for (const auto& r : rs)
+    j.push_back({{"arm", r.arm}, {"length", r.length}, {"windows", r.windows}, {"positions", r.positions},
+                 {"kl_arm_bf16_mean", r.mean}, {"kl_arm_bf16_p99", r.p99}, {"kl_bf16_arm_mean", r.mean_rev},
+                 {"kl_bf16_arm_p99", r.p99_rev}});
+  return j;
+}
+
+nlohmann::json to_json(const std::vector<MemoryRecord>& rs) {
+  auto j = nlohmann::json::array();
+  for (const auto& r : rs) j.push_back({{"arm", r.arm}, {"tokens", r.tokens}, {"kv", kv_json(r.kv)}});
+  return j;
+}
+
+}  // namespace minimakv::eval

@@ -1,0 +1,271 @@
+#include "minimakv/eval/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "minimakv/policy/tier_controller.h"
+
+namespace minimakv::eval {
+
+std::string ArmSpec::describe() const {
+  const auto& c = opt.controller;
+  std::string s = std::string(opt.mode == cache::KvMode::kBf16 ? "bf16" : opt.mode == cache::KvMode::kFp8 ? "fp8" : "minima") +
+                  ", " + std::to_string(opt.tokens_per_page) + "-token pages, prefill chunks of " +
+                  std::to_string(opt.prefill_chunk) + " with a retier checkpoint after each";
+  if (opt.mode == cache::KvMode::kMinima)
+    s += "; Recent " + std::to_string(c.recent_window) + " pages, sinks " + std::to_string(c.sink_pages) +
+         (c.scoring ? ", " + std::to_string(c.anchor_budget) + " scored Anchor pages" : ", no scored anchors");
+  if (prefix_reuse) s += "; document cached by a first request, question asked through the prefix cache";
+  return s;
+}
+
+std::vector<std::string> known_arms() { return {"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"}; }
+
+ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk) {
+  ArmSpec a;
+  a.name = std::string(name);
+  a.opt.tokens_per_page = page_size;
+  a.opt.prefill_chunk = prefill_chunk;
+  a.opt.checkpoint_interval = 16;
+  a.opt.controller.recent_window = 4;
+  a.opt.controller.sink_pages = 1;
+  a.opt.controller.anchor_budget = 0;
+  a.opt.controller.scoring = false;
+  if (name == "bf16") {
+    a.opt.mode = cache::KvMode::kBf16;
+  } else if (name == "fp8") {
+    a.opt.mode = cache::KvMode::kFp8;
+  } else if (name == "minima" || name == "minima-reuse") {
+    a.opt.mode = cache::KvMode::kMinima;
+    a.prefix_reuse = name == "minima-reuse";
+  } else if (name == "minima-scored") {
+    a.opt.mode = cache::KvMode::kMinima;
+    a.opt.controller.scoring = true;
+    a.opt.controller.anchor_budget = 4;
+  } else if (name == "minima-aggr") {
+    a.opt.mode = cache::KvMode::kMinima;
+    a.opt.controller.recent_window = 1;
+  } else {
+    std::string known;
+    for (const auto& k : known_arms()) known += (known.empty() ? "" : ", ") + k;
+    throw std::invalid_argument("unknown arm '" + std::string(name) + "' (arms: " + known + ")");
+  }
+  return a;
+}
+
+KvUse KvUse::from(const cache::Accounting& a) {
+  KvUse u;
+  u.recent = a.tier_bytes[static_cast<int>(cache::Tier::kRecent)];
+  u.anchor = a.tier_bytes[static_cast<int>(cache::Tier::kAnchor)];
+  u.stale = a.tier_bytes[static_cast<int>(cache::Tier::kStale)];
+  u.block_tables = a.block_table_bytes;
+  u.live_tokens = a.live_tokens;
+  u.bytes_per_token = a.bytes_per_live_token();
+  u.reconciled = a.reconciled;
+  return u;
+}
+
+namespace {
+
+// The token index where the question starts: the document part is everything before it.
+size_t document_tokens(const model::Tokenizer& tok, const Example& ex) {
+  const auto q = ex.prompt.rfind("\nWhat ");
+  if (q == std::string::npos) return ex.ids.size() / 2;
+  const auto doc = tok.encode(std::string_view(ex.prompt).substr(0, q));
+  // BPE may merge across the boundary: keep only the common prefix of both encodings.
+  size_t n = 0;
+  while (n < doc.size() && n < ex.ids.size() && doc[n] == ex.ids[n]) ++n;
+  return n;
+}
+
+}  // namespace
+
+std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& data, const NiahConfig& cfg,
+                                 attention::ThreadPool* pool, const std::function<void(const NiahRecord&)>& progress) {
+  std::vector<const TaskSpec*> tasks;
+  if (cfg.tasks.empty())
+    for (const auto& t : ruler_niah_tasks()) tasks.push_back(&t);
+  else
+    for (const auto& n : cfg.tasks) tasks.push_back(&task_by_name(n));
+  std::vector<ArmSpec> arms;
+  for (const auto& a : cfg.arms) arms.push_back(make_arm(a, cfg.page_size, cfg.prefill_chunk));
+  for (int len : cfg.lengths)
+    if (len > static_cast<int>(model.config().max_position_embeddings))
+      throw std::invalid_argument("length " + std::to_string(len) + " exceeds the model's context of " +
+                                  std::to_string(model.config().max_position_embeddings));
+  const NiahGenerator gen(data, model.tokenizer(), cfg.seed);
+  std::vector<NiahRecord> out;
+  for (int len : cfg.lengths)
+    for (const auto* t : tasks)
+      for (int i = 0; i < cfg.examples; ++i) {
+        const Example ex = gen.make(*t, len, cfg.gen_budget, i);
+        for (const auto& arm : arms) {
+          engine::GenerateOptions opt = arm.opt;
+          opt.max_new_tokens = cfg.gen_budget;
+          NiahRecord r;
+          r.task = t->name;
+          r.arm = arm.name;
+          r.length = len;
+          r.index = i;
+          r.prompt_tokens = ex.ids.size();
+          engine::GenerateResult g;
+          if (arm.prefix_reuse) {
+            engine::Session s(model, opt, 2 * static_cast<size_t>(len), pool);
+            const size_t doc = document_tokens(model.tokenizer(), ex);
+            s.run(std::span<const int32_t>(ex.ids).first(doc), {}, 0);
+            const auto res = s.run(ex.ids);
+            g = res.gen;
+            r.reused_tokens = res.reused_tokens;
+          } else {
+            g = engine::generate(model, ex.ids, opt, pool);
+          }
+          r.output = model.tokenizer().decode(g.tokens);
+          r.generated = g.tokens.size();
+          r.score = string_match_all(r.output, ex.expected);
+          r.prefill_s = g.prefill_seconds;
+          r.decode_s = g.decode_seconds;
+          r.kv = KvUse::from(g.accounting);
+          if (progress) progress(r);
+          out.push_back(std::move(r));
+        }
+      }
+  return out;
+}
+
+namespace {
+
+// Log-softmax rows of the last `score` positions of `ids`, prefilling chunk by chunk as `arm` does.
+std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<int32_t>& ids, const ArmSpec& arm,
+                                  int score, attention::ThreadPool* pool) {
+  auto sc = model.store_config(arm.opt.mode, arm.opt.tokens_per_page, ids.size());
+  sc.protected_layers = arm.opt.protected_layers;
+  cache::KvStore store(sc);
+  policy::TierController ctl(arm.opt.controller);
+  const auto seq = store.create_sequence();
+  const std::vector<cache::SeqId> seqs{seq};
+  const size_t V = model.config().vocab_size, n = ids.size(), first_scored = n - static_cast<size_t>(score);
+  const size_t chunk = static_cast<size_t>(arm.opt.prefill_chunk);
+  const bool scoring = arm.opt.mode == cache::KvMode::kMinima && arm.opt.controller.scoring;
+  std::vector<float> out(static_cast<size_t>(score) * V), page_scores;
+  for (size_t p = 0; p < n; p += chunk) {
+    const size_t m = std::min(chunk, n - p);
+    const bool want = p + m > first_scored;
+    const auto logits = model.forward(store, seq, std::span<const int32_t>(ids).subspan(p, m), pool, want,
+                                      scoring ? &page_scores : nullptr);
+    if (scoring) ctl.observe(seq, page_scores);
+    if (arm.opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+    if (!want) continue;
+    for (size_t i = 0; i < m; ++i) {
+      const size_t pos = p + i;
+      if (pos < first_scored) continue;
+      const float* row = logits.data() + i * V;
+      const float mx = *std::max_element(row, row + V);
+      double z = 0;
+      for (size_t k = 0; k < V; ++k) z += std::exp(static_cast<double>(row[k] - mx));
+      const auto lz = static_cast<float>(std::log(z));
+      float* dst = out.data() + (pos - first_scored) * V;
+      for (size_t k = 0; k < V; ++k) dst[k] = row[k] - mx - lz;
+    }
+  }
+  store.finish(seq);
+  return out;
+}
+
+double kl(const float* lp, const float* lq, size_t V) {
+  double s = 0;
+  for (size_t k = 0; k < V; ++k) {
+    const double p = std::exp(static_cast<double>(lp[k]));
+    s += p * (static_cast<double>(lp[k]) - lq[k]);
+  }
+  return std::max(0.0, s);
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size());
+  return v[static_cast<size_t>(std::min(n - 1, std::max(0.0, std::ceil(q * n) - 1)))];
+}
+
+}  // namespace
+
+std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths, int windows,
+                             int score_tokens, const std::vector<std::string>& arms, int page_size, int prefill_chunk,
+                             uint64_t seed, attention::ThreadPool* pool) {
+  if (windows < 1 || score_tokens < 1) throw std::invalid_argument("run_kl: windows and score_tokens must be positive");
+  const ArmSpec ref = make_arm("bf16", page_size, prefill_chunk);
+  std::vector<ArmSpec> specs;
+  for (const auto& a : arms)
+    if (a != "bf16") specs.push_back(make_arm(a, page_size, prefill_chunk));
+  const size_t V = model.config().vocab_size;
+  std::vector<KlRecord> out;
+  for (int len : lengths) {
+    if (score_tokens >= len) throw std::invalid_argument("run_kl: score_tokens must be below the length");
+    std::vector<std::vector<double>> fwd(specs.size()), rev(specs.size());
+    SplitMix rng(seed ^ static_cast<uint64_t>(len));
+    for (int w = 0; w < windows; ++w) {
+      // A window of held-out essay text, starting at a random sentence.
+      std::string text;
+      size_t i = rng.below(data.essay_sentences.size());
+      while (text.size() < static_cast<size_t>(len) * 6) text += (text.empty() ? "" : " ") + data.essay_sentences[i++ % data.essay_sentences.size()];
+      auto ids = model.tokenizer().encode(text);
+      if (ids.size() < static_cast<size_t>(len)) throw std::runtime_error("run_kl: essay window too short");
+      ids.resize(static_cast<size_t>(len));
+      const auto base = tail_log_probs(model, ids, ref, score_tokens, pool);
+      for (size_t a = 0; a < specs.size(); ++a) {
+        const auto lp = tail_log_probs(model, ids, specs[a], score_tokens, pool);
+        for (int p = 0; p < score_tokens; ++p) {
+          fwd[a].push_back(kl(lp.data() + p * V, base.data() + p * V, V));
+          rev[a].push_back(kl(base.data() + p * V, lp.data() + p * V, V));
+        }
+      }
+    }
+    for (size_t a = 0; a < specs.size(); ++a) {
+      KlRecord r;
+      r.arm = specs[a].name;
+      r.length = len;
+      r.windows = windows;
+      r.positions = fwd[a].size();
+      for (double x : fwd[a]) r.mean += x / static_cast<double>(fwd[a].size());
+      for (double x : rev[a]) r.mean_rev += x / static_cast<double>(rev[a].size());
+      r.p99 = percentile(fwd[a], 0.99);
+      r.p99_rev = percentile(rev[a], 0.99);
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<MemoryRecord> project_memory(const engine::Model& model, const std::vector<std::string>& arms,
+                                         const std::vector<size_t>& tokens, int page_size, int prefill_chunk) {
+  std::vector<MemoryRecord> out;
+  const auto& c = model.config();
+  const size_t kv = static_cast<size_t>(c.num_key_value_heads) * c.head_dim;
+  for (const auto& name : arms) {
+    const ArmSpec arm = make_arm(name, page_size, prefill_chunk);
+    for (size_t T : tokens) {
+      auto sc = model.store_config(arm.opt.mode, page_size, T);
+      sc.protected_layers = arm.opt.protected_layers;
+      cache::KvStore store(sc);
+      policy::TierController ctl(arm.opt.controller);
+      const auto seq = store.create_sequence();
+      const std::vector<cache::SeqId> seqs{seq};
+      for (size_t p = 0; p < T; p += static_cast<size_t>(prefill_chunk)) {
+        const size_t m = std::min<size_t>(prefill_chunk, T - p);
+        std::vector<int32_t> ids(m);
+        for (size_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((p + i) % c.vocab_size);
+        const std::vector<float> zeros(m * kv, 0.0f);
+        store.begin_append(seq, ids);
+        for (int l = 0; l < static_cast<int>(c.num_hidden_layers); ++l) store.write_layer(seq, l, zeros, zeros);
+        store.commit_append(seq);
+        if (arm.opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+      }
+      out.push_back({name, T, KvUse::from(store.accounting())});
+      store.finish(seq);
+    }
+  }
+  return out;
+}
+
+}  // namespace minimakv::eval

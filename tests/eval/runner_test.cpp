@@ -1,0 +1,93 @@
+// Evaluation runs on the shipped model: every arm answers the same examples, the prefix-reuse arm really
+// serves the document from the cache, KV bytes reconcile and add up to whole pages of each format, and
+// the memory projection's bytes equal the page layouts' sizes times the page counts.
+#include <gtest/gtest.h>
+
+#include "minimakv/codec/page_layout.h"
+#include "minimakv/eval/runner.h"
+#include "test_util.h"
+
+namespace minimakv::eval {
+namespace {
+
+const engine::Model& model() {
+  static const auto m = engine::Model::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m");
+  return *m;
+}
+
+NiahData small_data() {
+  NiahData d;
+  for (int i = 0; i < 200; ++i)
+    d.essay_sentences.push_back("Sentence number " + std::to_string(i) + " talks about rivers, maps and quiet towns.");
+  d.adjectives = {"calm", "bright", "hollow", "rapid"};
+  d.nouns = {"owl", "canyon", "ladder", "meadow"};
+  return d;
+}
+
+TEST(EvalRunner, ArmsRunIdenticalExamplesAndReuseHitsTheCache) {
+  const auto data = small_data();
+  NiahConfig cfg;
+  cfg.tasks = {"niah_single_1", "niah_multikey_1"};
+  cfg.lengths = {448};
+  cfg.examples = 1;
+  cfg.seed = testing::test_seed();
+  cfg.arms = {"bf16", "minima", "minima-reuse", "minima-scored"};
+  cfg.page_size = 32;
+  cfg.prefill_chunk = 128;
+  cfg.gen_budget = 24;
+  attention::ThreadPool pool(2);
+  const auto recs = run_niah(model(), data, cfg, &pool);
+  ASSERT_EQ(recs.size(), 2u * 4u);
+  for (const auto& r : recs) {
+    SCOPED_TRACE(r.task + " " + r.arm);
+    EXPECT_EQ(r.prompt_tokens, recs[r.task == recs[0].task ? 0 : 4].prompt_tokens) << "same prompt for every arm";
+    EXPECT_TRUE(r.kv.reconciled);
+    EXPECT_GE(r.score, 0.0);
+    EXPECT_LE(r.score, 1.0);
+    if (r.arm == "minima-reuse") {
+      EXPECT_GT(r.reused_tokens, r.prompt_tokens / 2) << "the document came from the prefix cache";
+    } else {
+      EXPECT_EQ(r.reused_tokens, 0u);
+    }
+    if (r.arm != "bf16") {
+      EXPECT_GT(r.kv.stale, 0u) << "the context was compressed before the question";
+    }
+  }
+  // Attention scores from the engine reach the controller: the scored arm keeps Anchor pages beyond the
+  // sink that the recency-only arm has.
+  for (size_t t = 0; t < 2; ++t) {
+    const auto& plain = recs[t * 4 + 1];
+    const auto& scored = recs[t * 4 + 3];
+    ASSERT_EQ(plain.arm, "minima");
+    ASSERT_EQ(scored.arm, "minima-scored");
+    EXPECT_GT(scored.kv.anchor, plain.kv.anchor);
+  }
+  EXPECT_THROW(make_arm("minima-turbo", 32, 128), std::invalid_argument);
+}
+
+TEST(EvalRunner, MemoryProjectionIsWholePagesOfEachFormat) {
+  const auto& c = model().config();
+  const codec::PageGeometry g{64, static_cast<int>(c.num_key_value_heads), static_cast<int>(c.head_dim)};
+  const size_t bf16 = codec::PageLayout(codec::PageFormat::kBf16, g).bytes();
+  const size_t fp8 = codec::PageLayout(codec::PageFormat::kFp8, g).bytes();
+  const size_t tq3 = codec::PageLayout(codec::PageFormat::kTq3, g).bytes();
+  const size_t L = static_cast<size_t>(c.num_hidden_layers);
+  const size_t T = 5000, pages = (T + 63) / 64;
+  const auto mem = project_memory(model(), {"bf16", "fp8", "minima", "minima-aggr"}, {T}, 64, 512);
+  ASSERT_EQ(mem.size(), 4u);
+  EXPECT_EQ(mem[0].kv.recent + mem[0].kv.anchor + mem[0].kv.stale, L * pages * bf16);
+  EXPECT_EQ(mem[1].kv.recent + mem[1].kv.anchor + mem[1].kv.stale, L * pages * fp8);
+  for (int i : {2, 3}) {
+    const auto& k = mem[i].kv;
+    ASSERT_EQ((k.recent + k.anchor) % (L * fp8), 0u);
+    ASSERT_EQ(k.stale % (L * tq3), 0u);
+    EXPECT_EQ((k.recent + k.anchor) / (L * fp8) + k.stale / (L * tq3), pages);
+    EXPECT_TRUE(k.reconciled);
+    EXPECT_EQ(k.live_tokens, T);
+  }
+  EXPECT_LT(mem[3].kv.bytes_per_token, mem[2].kv.bytes_per_token) << "a smaller Recent window keeps fewer FP8 pages";
+  EXPECT_GT(mem[0].kv.bytes_per_token / mem[2].kv.bytes_per_token, 3.5);
+}
+
+}  // namespace
+}  // namespace minimakv::eval
