@@ -29,7 +29,7 @@ if command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
   for tool in memcheck racecheck; do
     if compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda_tests" --gtest_brief=1 \
          --gtest_filter="$small" >"$OUT/sanitizer-$tool.log" 2>&1; then
-      echo "$tool: clean ($(grep -c '^\[       OK \]\|PASSED' "$OUT/sanitizer-$tool.log" || true) lines ok)"
+      echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1 | sed 's/=* *//')"
     else
       san_rc=$?; echo "$tool: FAILED (rc $san_rc)"; tail -n 30 "$OUT/sanitizer-$tool.log"
     fi

@@ -19,12 +19,14 @@ void fill_defaults(EvalCmdOptions& o) {
   if (o.lengths.empty()) o.lengths = o.quick ? std::vector<int>{1024} : std::vector<int>{4096, 8192, 16384};
   if (o.examples == 0) o.examples = o.quick ? 1 : 64;
   if (o.arms.empty())
-    o.arms = o.quick ? std::vector<std::string>{"bf16", "minima"}
-                     : std::vector<std::string>{"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"};
+    o.arms = o.quick
+                 ? std::vector<std::string>{"bf16", "minima"}
+                 : std::vector<std::string>{"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"};
   if (o.kl_lengths.empty()) o.kl_lengths = o.quick ? std::vector<int>{1024} : std::vector<int>{4096, 16384};
   if (o.kl_windows == 0) o.kl_windows = o.quick ? 1 : 8;
   if (o.kl_score_tokens == 0) o.kl_score_tokens = o.quick ? 128 : 512;
-  if (o.memory_tokens.empty()) o.memory_tokens = o.quick ? std::vector<size_t>{16384, 65536} : std::vector<size_t>{16384, 65536, 131072};
+  if (o.memory_tokens.empty())
+    o.memory_tokens = o.quick ? std::vector<size_t>{16384, 65536} : std::vector<size_t>{16384, 65536, 131072};
 }
 
 }  // namespace
@@ -33,15 +35,37 @@ int run_eval(EvalCmdOptions o) {
   fill_defaults(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto model = engine::Model::load(o.model);
-  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads =
+      o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
   attention::ThreadPool pool(threads);
   nlohmann::json j = {{"model", o.model}, {"seed", o.seed}, {"threads", threads}, {"quick", o.quick}};
-  std::string md = fmt::format("Model `{}`, seed {}, {} CPU threads. Compression happens during prefill: every arm prefills "
-                               "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
-                               "its tiers when the question is read.\n\nArms:\n",
-                               o.model, o.seed, threads, o.prefill_chunk);
-  for (const auto& a : o.arms) md += "- `" + a + "`: " + eval::make_arm(a, o.page_size, o.prefill_chunk).describe() + "\n";
+  std::string md = fmt::format(
+      "Model `{}`, seed {}, {} CPU threads. Compression happens during prefill: every arm prefills "
+      "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
+      "its tiers when the question is read.\n\nArms:\n",
+      o.model, o.seed, threads, o.prefill_chunk);
+  for (const auto& a : o.arms)
+    md += "- `" + a + "`: " + eval::make_arm(a, o.page_size, o.prefill_chunk).describe() + "\n";
   const bool all = o.what == "all";
+  if (o.dry_run) {
+    const auto data = eval::load_niah_data(o.data);
+    const eval::NiahGenerator gen(data, model->tokenizer(), o.seed);
+    std::vector<std::string> names = o.tasks;
+    if (names.empty())
+      for (const auto& t : eval::ruler_niah_tasks()) names.push_back(t.name);
+    for (int len : o.lengths)
+      for (const auto& n : names) {
+        size_t lo = SIZE_MAX, hi = 0;
+        for (int i = 0; i < o.examples; ++i) {
+          const auto ex = gen.make(eval::task_by_name(n), len, o.gen_budget, i);
+          lo = std::min(lo, ex.ids.size());
+          hi = std::max(hi, ex.ids.size());
+        }
+        std::printf("%-16s %6d: %d examples, prompt tokens %zu..%zu (+%d generation budget)\n", n.c_str(), len,
+                    o.examples, lo, hi, o.gen_budget);
+      }
+    return 0;
+  }
   if (all || o.what == "niah") {
     const auto data = eval::load_niah_data(o.data);
     eval::NiahConfig cfg;
@@ -57,8 +81,8 @@ int run_eval(EvalCmdOptions o) {
     const size_t total = (o.tasks.empty() ? eval::ruler_niah_tasks().size() : o.tasks.size()) * o.lengths.size() *
                          static_cast<size_t>(o.examples) * o.arms.size();
     const auto recs = eval::run_niah(*model, data, cfg, &pool, [&](const eval::NiahRecord& r) {
-      std::fprintf(stderr, "\r[%zu/%zu] %s %d #%d %s: %.2f   ", ++done, total, r.task.c_str(), r.length, r.index, r.arm.c_str(),
-                   r.score);
+      std::fprintf(stderr, "\r[%zu/%zu] %s %d #%d %s: %.2f   ", ++done, total, r.task.c_str(), r.length, r.index,
+                   r.arm.c_str(), r.score);
     });
     std::fprintf(stderr, "\n");
     md += "\n### RULER-NIAH\n" + eval::niah_markdown(recs, o.seed);
@@ -66,15 +90,19 @@ int run_eval(EvalCmdOptions o) {
   }
   if (all || o.what == "kl") {
     const auto data = eval::load_niah_data(o.data);
-    const auto kl = eval::run_kl(*model, data, o.kl_lengths, o.kl_windows, o.kl_score_tokens, o.arms, o.page_size,
+    std::vector<std::string> arms;  // a single long text: the prefix-reuse arm is the same as minima here
+    for (const auto& a : o.arms)
+      if (a != "minima-reuse") arms.push_back(a);
+    const auto kl = eval::run_kl(*model, data, o.kl_lengths, o.kl_windows, o.kl_score_tokens, arms, o.page_size,
                                  o.prefill_chunk, o.seed, &pool);
-    md += fmt::format("\n### KL divergence of next-token distributions (held-out essay, last {} positions of each window)\n",
-                      o.kl_score_tokens) +
+    md += fmt::format(
+              "\n### KL divergence of next-token distributions (held-out essay, last {} positions of each window)\n",
+              o.kl_score_tokens) +
           eval::kl_markdown(kl);
     j["kl"] = eval::to_json(kl);
   }
   if (all || o.what == "memory") {
-    std::vector<std::string> arms;
+    std::vector<std::string> arms;  // sizes do not depend on how the prefix arrived
     for (const auto& a : o.arms)
       if (a != "minima-reuse") arms.push_back(a);
     const auto mem = eval::project_memory(*model, arms, o.memory_tokens, o.page_size, o.prefill_chunk);

@@ -21,6 +21,7 @@ struct EvalCmdOptions {
   std::vector<int> kl_lengths;
   std::vector<size_t> memory_tokens;
   bool quick = false;
+  bool dry_run = false;  // niah: generate the examples and report their lengths, run no model
   std::string json, markdown;
 };
 

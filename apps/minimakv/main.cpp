@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   cr.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   auto* codec = app.add_subcommand("codec-report", "measure FP8 and TQ3 error, bits per scalar and speed");
   codec->add_option("--seed", cr.seed, "random seed (default: from the clock; printed)");
-  codec->add_option("--vectors", cr.vectors, "vectors per (head_dim, distribution) cell")->check(CLI::Range(64, 1000000));
+  codec->add_option("--vectors", cr.vectors, "vectors per (head_dim, distribution) cell")
+      ->check(CLI::Range(64, 1000000));
   codec->add_flag("--json", cr.json, "machine-readable output");
 
   minimakv::app::StressCmdOptions so;
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
   attn->add_option("--contexts", ab.contexts, "context lengths in tokens");
   attn->add_option("--page-size", ab.page_size, "tokens per page")->check(CLI::Range(16, 4096));
   attn->add_option("--reps", ab.reps, "timed repetitions (after one warm-up)")->check(CLI::Range(3, 100000));
-  attn->add_option("--fp8-fraction", ab.fp8_fraction, "share of FP8 pages in the mixed arm")->check(CLI::Range(0.0, 1.0));
+  attn->add_option("--fp8-fraction", ab.fp8_fraction, "share of FP8 pages in the mixed arm")
+      ->check(CLI::Range(0.0, 1.0));
   attn->add_option("--error-max-context", ab.error_max_context, "largest context with an fp64 error check");
   attn->add_option("--seed", ab.seed, "random seed");
   attn->add_flag("--json", ab.json, "machine-readable output");
@@ -43,14 +45,17 @@ int main(int argc, char** argv) {
   tokc->add_option("--model", tok_model, "model directory holding tokenizer.json");
 
   minimakv::app::GenerateCmdOptions go;
-  auto* gen = app.add_subcommand("generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode");
+  auto* gen =
+      app.add_subcommand("generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode");
   gen->add_option("--model", go.model, "model directory (config.json, tokenizer.json, safetensors)");
   gen->add_option("--prompt", go.prompt, "prompt text")->required();
-  gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")->check(CLI::IsMember({"bf16", "fp8", "minima"}));
+  gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")
+      ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
   gen->add_option("--device", go.device, "cpu");
   gen->add_option("--max-tokens", go.gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   gen->add_option("--page-size", go.gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
-  gen->add_option("--prefill-chunk", go.gen.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 20));
+  gen->add_option("--prefill-chunk", go.gen.prefill_chunk, "prompt tokens per prefill chunk")
+      ->check(CLI::Range(1, 1 << 20));
   gen->add_option("--recent-window", go.gen.controller.recent_window, "Recent pages (minima)");
   gen->add_option("--anchor-budget", go.gen.controller.anchor_budget, "scored Anchor pages (minima)");
   gen->add_option("--sinks", go.gen.controller.sink_pages, "sink pages kept as Anchors (minima)");
@@ -72,16 +77,20 @@ int main(int argc, char** argv) {
   ev->add_option("--tasks", eo.tasks, "RULER NIAH tasks (default: all eight)")->delimiter(',');
   ev->add_option("--lengths", eo.lengths, "lengths in model tokens, prompt plus generation budget")->delimiter(',');
   ev->add_option("--examples", eo.examples, "examples per task and length")->check(CLI::Range(1, 100000));
-  ev->add_option("--arms", eo.arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")->delimiter(',');
+  ev->add_option("--arms", eo.arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")
+      ->delimiter(',');
   ev->add_option("--seed", eo.seed, "example and bootstrap seed");
   ev->add_option("--page-size", eo.page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
-  ev->add_option("--prefill-chunk", eo.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(16, 1 << 20));
-  ev->add_option("--gen-budget", eo.gen_budget, "answer tokens reserved inside each length")->check(CLI::Range(1, 4096));
+  ev->add_option("--prefill-chunk", eo.prefill_chunk, "prompt tokens per prefill chunk")
+      ->check(CLI::Range(16, 1 << 20));
+  ev->add_option("--gen-budget", eo.gen_budget, "answer tokens reserved inside each length")
+      ->check(CLI::Range(1, 4096));
   ev->add_option("--threads", eo.threads, "CPU threads (default: all)");
   ev->add_option("--kl-lengths", eo.kl_lengths, "KL window lengths")->delimiter(',');
   ev->add_option("--kl-windows", eo.kl_windows, "KL windows per length")->check(CLI::Range(1, 100000));
   ev->add_option("--kl-score-tokens", eo.kl_score_tokens, "scored positions at the end of each window");
   ev->add_option("--memory-tokens", eo.memory_tokens, "live-token counts for the memory table")->delimiter(',');
+  ev->add_flag("--dry-run", eo.dry_run, "generate the NIAH examples and print their lengths; run no model");
   ev->add_flag("--quick", eo.quick, "CPU smoke run: 1K tokens, 1 example per task, bf16 vs minima");
   ev->add_option("--json", eo.json, "write machine-readable results here");
   ev->add_option("--markdown", eo.markdown, "write the Markdown report here");

@@ -98,7 +98,9 @@ std::vector<Row> run_config(const Config& c, int reps, std::FILE* log) {
   }
   // Which pages are FP8 in the mixed arm: the first two (sinks) and the most recent ones.
   const int n_fp8 = std::max(3, static_cast<int>(c.fp8_share * pages_per_seq + 0.5));
-  auto mixed_format = [&](int p) { return (p < 2 || p >= pages_per_seq - (n_fp8 - 2)) ? PageFormat::kFp8 : PageFormat::kTq3; };
+  auto mixed_format = [&](int p) {
+    return (p < 2 || p >= pages_per_seq - (n_fp8 - 2)) ? PageFormat::kFp8 : PageFormat::kTq3;
+  };
   std::vector<cuda::ConvertJob> jobs;
   for (int s = 0; s < c.batch; ++s)
     for (int p = 0; p < pages_per_seq; ++p)
@@ -123,25 +125,37 @@ std::vector<Row> run_config(const Config& c, int reps, std::FILE* log) {
     for (int s = 0; s < c.batch; ++s)
       for (int p = 0; p < pages_per_seq; ++p) {
         const int tokens = std::min(c.B, c.tokens - p * c.B);
-        const PageFormat f = std::strcmp(arm, "bf16") == 0 ? PageFormat::kBf16
-                             : std::strcmp(arm, "fp8") == 0 ? PageFormat::kFp8 : mixed_format(p);
+        const PageFormat f = std::strcmp(arm, "bf16") == 0  ? PageFormat::kBf16
+                             : std::strcmp(arm, "fp8") == 0 ? PageFormat::kFp8
+                                                            : mixed_format(p);
         seqs[s].push_back({f, static_cast<uint32_t>(s * pages_per_seq + p + 1), static_cast<uint32_t>(tokens)});
       }
     const auto plan = cuda::make_decode_plan(seqs, shape);
-    cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()), static_cast<int>(plan.entries.size()));
+    cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()),
+                             static_cast<int>(plan.entries.size()));
     ws.stage(plan, views);
     const cuda::DecodeBuffers io{q.get(), signs.get(), out.get()};
     const Stat t = time_events(3, reps, [&] { ws.launch(views, io, nullptr); });
     const double bytes = static_cast<double>(ws.stats().total_bytes());
-    rows.push_back({c.name, arm, ws.stats().route, {t.median * 1e3, t.lo * 1e3, t.hi * 1e3}, bytes / (t.median * 1e-3) / 1e9,
+    rows.push_back({c.name,
+                    arm,
+                    ws.stats().route,
+                    {t.median * 1e3, t.lo * 1e3, t.hi * 1e3},
+                    bytes / (t.median * 1e-3) / 1e9,
                     bytes / 1e6});
   }
   // Bandwidth ceiling: a device-to-device copy of the BF16 arm's bytes (read + write counted).
   {
     const size_t n = std::min<size_t>(static_cast<size_t>(rows[0].bytes_mb * 1e6), 4ull << 30);
     cuda::DeviceArray<uint8_t> a(n), b(n);
-    const Stat t = time_events(2, reps, [&] { cuda::check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice), "copy"); });
-    rows.push_back({c.name, "d2d-copy", "-", {t.median * 1e3, t.lo * 1e3, t.hi * 1e3}, 2.0 * n / (t.median * 1e-3) / 1e9, n / 1e6});
+    const Stat t = time_events(
+        2, reps, [&] { cuda::check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice), "copy"); });
+    rows.push_back({c.name,
+                    "d2d-copy",
+                    "-",
+                    {t.median * 1e3, t.lo * 1e3, t.hi * 1e3},
+                    2.0 * n / (t.median * 1e-3) / 1e9,
+                    n / 1e6});
   }
   if (log)
     std::fprintf(log, "%s: converted %zu FP8 pages to TQ3 in %.3f ms (median of 5), %.1f pages/ms\n", c.name.c_str(),
@@ -156,9 +170,12 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(20, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::max(20, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
     else {
       std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--json FILE]\n");
       return 2;
@@ -189,17 +206,20 @@ int main(int argc, char** argv) {
   }
   std::FILE* jf = json ? std::fopen(json, "w") : nullptr;
   if (jf) std::fprintf(jf, "[\n");
-  std::printf("\n| config | arm | route | MB read | time us (median) | min-max | GB/s | vs bf16 |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| config | arm | route | MB read | time us (median) | min-max | GB/s | vs bf16 "
+      "|\n|---|---|---|---|---|---|---|---|\n");
   double bf16_us = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const Row& r = all[i];
     if (r.arm == "bf16") bf16_us = r.us.median;
-    std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(), r.route.c_str(),
-                r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
+    std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(),
+                r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
                 r.arm == "d2d-copy" ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
     if (jf)
-      std::fprintf(jf, "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "
-                       "\"us_min\": %.3f, \"us_max\": %.3f, \"gbps\": %.1f}%s\n",
+      std::fprintf(jf,
+                   "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "
+                   "\"us_min\": %.3f, \"us_max\": %.3f, \"gbps\": %.1f}%s\n",
                    r.config.c_str(), r.arm.c_str(), r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
                    i + 1 < all.size() ? "," : "");
   }

@@ -51,8 +51,8 @@ void DevicePagePool::check_id(codec::PageFormat f, uint32_t id, size_t bytes, co
     throw std::invalid_argument(std::string(where) + ": page id " + std::to_string(id) + " outside [1, " +
                                 std::to_string(capacity_) + ")");
   if (bytes != layout(f).bytes())
-    throw std::invalid_argument(std::string(where) + ": " + std::to_string(bytes) + " bytes, a " +
-                                codec::to_string(f) + " page has " + std::to_string(layout(f).bytes()));
+    throw std::invalid_argument(std::string(where) + ": " + std::to_string(bytes) + " bytes, a " + codec::to_string(f) +
+                                " page has " + std::to_string(layout(f).bytes()));
 }
 
 void DevicePagePool::upload(codec::PageFormat f, uint32_t id, std::span<const uint8_t> bytes) {
@@ -67,11 +67,13 @@ void DevicePagePool::download(codec::PageFormat f, uint32_t id, std::span<uint8_
 
 DeviceArray<float> upload_rotation_signs(int layers, int kv_heads, int head_dim, uint64_t model_seed) {
   codec::require_supported_head_dim(head_dim, "upload_rotation_signs");
-  if (layers <= 0 || kv_heads <= 0) throw std::invalid_argument("upload_rotation_signs: layers and heads must be positive");
+  if (layers <= 0 || kv_heads <= 0)
+    throw std::invalid_argument("upload_rotation_signs: layers and heads must be positive");
   std::vector<float> signs(static_cast<size_t>(layers) * kv_heads * head_dim);
   for (int l = 0; l < layers; ++l)
     for (int h = 0; h < kv_heads; ++h) {
-      const auto r = codec::Rotation::for_head(head_dim, static_cast<uint32_t>(l), static_cast<uint32_t>(h), model_seed);
+      const auto r =
+          codec::Rotation::for_head(head_dim, static_cast<uint32_t>(l), static_cast<uint32_t>(h), model_seed);
       const auto s = r.signs();
       std::copy(s.begin(), s.end(), signs.begin() + (static_cast<size_t>(l) * kv_heads + h) * head_dim);
     }

@@ -143,8 +143,8 @@ __global__ void append_kernel(PoolViews pools, int format, int H, int d, const f
   const DeviceLayout L = pools.layout[format];
   const AppendSlot slot = slots[t];
   uint8_t* page = pools.base[format] + static_cast<size_t>(slot.page_id) * L.page_bytes;
-  uint8_t* row = page + (kv ? L.v_codes : 0) + static_cast<size_t>(h) * L.code_stride +
-                 static_cast<size_t>(slot.token) * L.row;
+  uint8_t* row =
+      page + (kv ? L.v_codes : 0) + static_cast<size_t>(h) * L.code_stride + static_cast<size_t>(slot.token) * L.row;
   if (format == static_cast<int>(codec::PageFormat::kBf16)) {
     auto* out = reinterpret_cast<uint16_t*>(row);
     for (int i = lane; i < d; i += 32) out[i] = codec::float_to_bf16(src[i]);
@@ -182,14 +182,14 @@ __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float
   const float* sg = signs + (static_cast<size_t>(job.layer) * H + h) * d;
   const float c = codec::inv_sqrt_dim(d);
   for (int kv = 0; kv < 2; ++kv) {
-    const uint8_t* srow = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride +
-                          static_cast<size_t>(t) * SL.row;
-    const uint8_t* smeta = src + (kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(h) * SL.meta_stride +
-                           static_cast<size_t>(t) * SL.meta;
-    uint8_t* drow = dst + (kv ? DL.v_codes : 0) + static_cast<size_t>(h) * DL.code_stride +
-                    static_cast<size_t>(t) * DL.row;
-    uint8_t* dmeta = dst + (kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(h) * DL.meta_stride +
-                     static_cast<size_t>(t) * DL.meta;
+    const uint8_t* srow =
+        src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride + static_cast<size_t>(t) * SL.row;
+    const uint8_t* smeta =
+        src + (kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(h) * SL.meta_stride + static_cast<size_t>(t) * SL.meta;
+    uint8_t* drow =
+        dst + (kv ? DL.v_codes : 0) + static_cast<size_t>(h) * DL.code_stride + static_cast<size_t>(t) * DL.row;
+    uint8_t* dmeta =
+        dst + (kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(h) * DL.meta_stride + static_cast<size_t>(t) * DL.meta;
     if constexpr (kToTq3) {
       const float scale = *reinterpret_cast<const float*>(smeta);
       for (int i = lane; i < d; i += 32)
@@ -242,9 +242,8 @@ void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, 
   if (n_jobs <= 0) return;
   zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 2, jobs);
   const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<true><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim,
-                                                                 geo.tokens_per_page, signs, jobs, policy.keys,
-                                                                 policy.values);
+  convert_kernel<true><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page,
+                                                                 signs, jobs, policy.keys, policy.values);
   check(cudaGetLastError(), "convert_fp8_to_tq3");
 }
 
@@ -254,10 +253,9 @@ void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, 
   if (n_jobs <= 0) return;
   zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 1, jobs);
   const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<false><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim,
-                                                                  geo.tokens_per_page, signs, jobs,
-                                                                  codec::NormCorrection::kUnbiased,
-                                                                  codec::NormCorrection::kUnbiased);
+  convert_kernel<false>
+      <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
+                                                 codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
   check(cudaGetLastError(), "convert_tq3_to_fp8");
 }
 

@@ -37,7 +37,9 @@ struct StepParams {
   float scale;
 };
 
-__device__ inline int plan_batch(const uint8_t* plan) { return reinterpret_cast<const int32_t*>(plan)[1]; }
+__device__ inline int plan_batch(const uint8_t* plan) {
+  return reinterpret_cast<const int32_t*>(plan)[1];
+}
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -166,10 +168,14 @@ __device__ inline void load_v_slice(const uint8_t* row, int lane, const float* l
     uint32_t ws[E / 2];
     if constexpr (E == 8) {
       const uint4 w = *reinterpret_cast<const uint4*>(row + 16 * lane);
-      ws[0] = w.x; ws[1] = w.y; ws[2] = w.z; ws[3] = w.w;
+      ws[0] = w.x;
+      ws[1] = w.y;
+      ws[2] = w.z;
+      ws[3] = w.w;
     } else if constexpr (E == 4) {
       const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
-      ws[0] = w.x; ws[1] = w.y;
+      ws[0] = w.x;
+      ws[1] = w.y;
     } else {
       ws[0] = *reinterpret_cast<const uint32_t*>(row + 4 * lane);
     }
@@ -618,9 +624,9 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
   std::array<bool, codec::kNumPageFormats> seen{};
   for (const auto& sp : plan.splits) {
     require(sp.format >= 0 && sp.format < codec::kNumPageFormats, "DecodeWorkspace::stage: bad split format");
-    require(sp.entry_begin >= 0 && sp.entry_begin < sp.entry_end &&
-                sp.entry_end <= static_cast<int>(plan.entries.size()),
-            "DecodeWorkspace::stage: split entries out of range");
+    require(
+        sp.entry_begin >= 0 && sp.entry_begin < sp.entry_end && sp.entry_end <= static_cast<int>(plan.entries.size()),
+        "DecodeWorkspace::stage: split entries out of range");
     require(sp.tok_begin >= 0 && sp.tok_begin < sp.tok_end && sp.tok_end <= shape_.tokens_per_page,
             "DecodeWorkspace::stage: split token range out of range");
     require(pools.base[sp.format] != nullptr, "DecodeWorkspace::stage: no pool for a format the plan reads");
@@ -672,9 +678,15 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   p.group = shape_.q_heads / shape_.kv_heads;
   p.scale = shape_.softmax_scale > 0.0f ? shape_.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   switch (shape_.head_dim) {
-    case 64: launch_all<64>(p, max_batch_, max_splits_, stream); break;
-    case 128: launch_all<128>(p, max_batch_, max_splits_, stream); break;
-    default: launch_all<256>(p, max_batch_, max_splits_, stream); break;
+    case 64:
+      launch_all<64>(p, max_batch_, max_splits_, stream);
+      break;
+    case 128:
+      launch_all<128>(p, max_batch_, max_splits_, stream);
+      break;
+    default:
+      launch_all<256>(p, max_batch_, max_splits_, stream);
+      break;
   }
   check(cudaGetLastError(), "DecodeWorkspace::launch");
 }

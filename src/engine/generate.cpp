@@ -15,7 +15,9 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
     p[i] = {std::exp((logits[i] - m) / temperature), static_cast<int32_t>(i)};
     z += p[i].first;
   }
-  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   size_t keep = 0;
   double mass = 0.0;
   while (keep < p.size() && (keep == 0 || mass < top_p * z)) mass += p[keep++].first;
@@ -96,12 +98,15 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
 }
 
 Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
-    : model_(model), opt_(std::move(opt)), store_([&] {
+    : model_(model),
+      opt_(std::move(opt)),
+      store_([&] {
         auto sc = model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens);
         sc.protected_layers = opt_.protected_layers;
         return sc;
       }()),
-      ctl_(opt_.controller), pool_(pool) {}
+      ctl_(opt_.controller),
+      pool_(pool) {}
 
 Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token,
                              int max_new_tokens) {

@@ -59,7 +59,8 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
                                   attention::ThreadPool* pool, bool all_logits, std::vector<float>* page_scores) const {
   const auto& c = cfg_;
   const int n = static_cast<int>(ids.size());
-  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim), I = static_cast<int>(c.intermediate_size);
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
+            I = static_cast<int>(c.intermediate_size);
   const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
   const auto V = static_cast<int>(c.vocab_size);
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -72,7 +73,9 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
   std::vector<float> x(static_cast<size_t>(n) * H), h(x.size()), q(static_cast<size_t>(n) * Hq * D),
       k(static_cast<size_t>(n) * Hkv * D), v(k.size()), attn(q.size()), o(x.size()), g(static_cast<size_t>(n) * I),
       u(g.size()), a(g.size());
-  for (int t = 0; t < n; ++t) std::copy_n(embed_.begin() + static_cast<std::ptrdiff_t>(ids[t]) * H, H, x.begin() + static_cast<std::ptrdiff_t>(t) * H);
+  for (int t = 0; t < n; ++t)
+    std::copy_n(embed_.begin() + static_cast<std::ptrdiff_t>(ids[t]) * H, H,
+                x.begin() + static_cast<std::ptrdiff_t>(t) * H);
   store.begin_append(seq, ids);
   if (page_scores) page_scores->clear();
   attention::PagePartials partials;
@@ -115,8 +118,8 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
   const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
   const int rows = all_logits ? n : 1;
   std::vector<float> logits(static_cast<size_t>(rows) * V);
-  const std::span<const float> src = all_logits ? std::span<const float>(x)
-                                                 : std::span<const float>(x).subspan(static_cast<size_t>(n - 1) * H, H);
+  const std::span<const float> src =
+      all_logits ? std::span<const float>(x) : std::span<const float>(x).subspan(static_cast<size_t>(n - 1) * H, H);
   matmul(src, rows, H, head, V, logits);
   return logits;
 }

@@ -14,17 +14,24 @@ namespace {
 constexpr std::string_view kNoiseLine =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 
+constexpr size_t kMaxSentenceChars = 600;
+
 uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
-std::string plural(ValueKind k) { return k == ValueKind::kNumbers ? "numbers" : k == ValueKind::kWords ? "words" : "uuids"; }
-std::string singular(ValueKind k) { return k == ValueKind::kNumbers ? "number" : k == ValueKind::kWords ? "word" : "uuid"; }
+std::string plural(ValueKind k) {
+  return k == ValueKind::kNumbers ? "numbers" : k == ValueKind::kWords ? "words" : "uuids";
+}
+std::string singular(ValueKind k) {
+  return k == ValueKind::kNumbers ? "number" : k == ValueKind::kWords ? "word" : "uuid";
+}
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read " + path + " (run scripts/data/extract_corpus.py, or scripts/bootstrap.sh)");
+  if (!f)
+    throw std::runtime_error("cannot read " + path + " (run scripts/data/extract_corpus.py, or scripts/bootstrap.sh)");
   std::vector<std::string> out;
   std::string line;
   while (std::getline(f, line))
@@ -55,11 +62,13 @@ class Draw {
       h[i] = hex[(a >> (4 * i)) & 15];
       h[16 + i] = hex[(b >> (4 * i)) & 15];
     }
-    h[12] = '4';                        // version 4
-    h[16] = hex[8 + ((b >> 2) & 3)];    // RFC 4122 variant
+    h[12] = '4';                      // version 4
+    h[16] = hex[8 + ((b >> 2) & 3)];  // RFC 4122 variant
     return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
   }
-  std::string value(ValueKind k) { return k == ValueKind::kNumbers ? number() : k == ValueKind::kWords ? word() : uuid(); }
+  std::string value(ValueKind k) {
+    return k == ValueKind::kNumbers ? number() : k == ValueKind::kWords ? word() : uuid();
+  }
 
  private:
   SplitMix& r_;
@@ -85,7 +94,9 @@ uint64_t SplitMix::below(uint64_t n) {
   return x % n;
 }
 
-double SplitMix::unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double SplitMix::unit() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
 const std::vector<TaskSpec>& ruler_niah_tasks() {
   static const std::vector<TaskSpec> tasks = {
@@ -113,7 +124,9 @@ const TaskSpec& task_by_name(std::string_view name) {
 NiahData load_niah_data(const std::string& dir) {
   NiahData d;
   std::ifstream f(dir + "/corpus/essay.txt");
-  if (!f) throw std::runtime_error("cannot read " + dir + "/corpus/essay.txt (run scripts/data/extract_corpus.py, or scripts/bootstrap.sh)");
+  if (!f)
+    throw std::runtime_error("cannot read " + dir +
+                             "/corpus/essay.txt (run scripts/data/extract_corpus.py, or scripts/bootstrap.sh)");
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
@@ -131,7 +144,9 @@ NiahData load_niah_data(const std::string& dir) {
                      std::isspace(static_cast<unsigned char>(text[i + 1]));
     if (end || i + 1 == text.size()) {
       while (!cur.empty() && cur.back() == ' ') cur.pop_back();
-      if (cur.size() > 20) d.essay_sentences.push_back(cur);
+      // Haystack units are sentences of prose: very long "sentences" (tables, code without full stops)
+      // would not fit a short context and are not prose.
+      if (cur.size() > 20 && cur.size() <= kMaxSentenceChars) d.essay_sentences.push_back(cur);
       cur.clear();
     }
   }
@@ -145,7 +160,8 @@ NiahGenerator::NiahGenerator(const NiahData& data, const model::Tokenizer& tok, 
     : data_(data), tok_(tok), seed_(seed) {}
 
 Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int index) const {
-  SplitMix rng(fnv1a(t.name, seed_ ^ (static_cast<uint64_t>(length) << 32) ^ static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull));
+  SplitMix rng(fnv1a(
+      t.name, seed_ ^ (static_cast<uint64_t>(length) << 32) ^ static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull));
   Draw draw(rng, data_);
   auto key = [&] { return t.key_kind == ValueKind::kWords ? draw.word() : draw.value(t.key_kind); };
   std::vector<std::string> keys;
@@ -182,8 +198,8 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
   const std::string head = std::string(one ? "A" : "Some") + " special magic " + v + (one ? " is" : " are") +
                            " hidden within the following text. Make sure to memorize it. I will quiz you about the " +
                            v + " afterwards.\n";
-  const std::string tail = "\nWhat " + std::string(one ? "is" : "are all") + " the special magic " + v + " for " + query +
-                           " mentioned in the provided text? The special magic " + v + " for " + query +
+  const std::string tail = "\nWhat " + std::string(one ? "is" : "are all") + " the special magic " + v + " for " +
+                           query + " mentioned in the provided text? The special magic " + v + " for " + query +
                            " mentioned in the provided text " + (one ? "is" : "are");
   const int limit = length - gen_budget;
   const auto fixed = static_cast<int>(tok_.encode(head + tail).size());
@@ -217,13 +233,15 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
   }
   // Depths: a golden-ratio sequence over example indices, needles evenly spaced from there.
   const double base = std::fmod(0.5 + 0.6180339887498949 * index, 1.0);
-  for (size_t j = 0; j < needles.size(); ++j) ex.depths.push_back(std::fmod(base + static_cast<double>(j) / static_cast<double>(needles.size()), 1.0));
+  for (size_t j = 0; j < needles.size(); ++j)
+    ex.depths.push_back(std::fmod(base + static_cast<double>(j) / static_cast<double>(needles.size()), 1.0));
   std::sort(ex.depths.begin(), ex.depths.end());
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> parts;
     size_t next = 0;
     for (size_t i = 0; i <= units.size(); ++i) {
-      while (next < needles.size() && static_cast<size_t>(std::lround(ex.depths[next] * static_cast<double>(units.size()))) == i)
+      while (next < needles.size() &&
+             static_cast<size_t>(std::lround(ex.depths[next] * static_cast<double>(units.size()))) == i)
         parts.push_back(needles[next++]);
       if (i < units.size()) parts.push_back(units[i]);
     }
@@ -233,7 +251,9 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
     ex.ids = tok_.encode(ex.prompt);
     const int over = static_cast<int>(ex.ids.size()) - limit;
     if (over <= 0) break;
-    if (units.size() <= 1 || attempt > 64) throw std::runtime_error("NiahGenerator: cannot fit the prompt into " + std::to_string(length) + " tokens");
+    if (units.size() <= 1 || attempt > 64)
+      throw std::runtime_error("NiahGenerator: cannot fit the " + t.name + " prompt into " + std::to_string(length) +
+                               " tokens (haystack units too long)");
     // Drop enough units from the end to remove the excess (estimated), at least one.
     int removed = 0;
     while (removed < over && units.size() > 1) {

@@ -38,10 +38,13 @@ Scores scores_at(const std::vector<NiahRecord>& rs, int length) {
   return s;
 }
 
-std::string pct(double x) { return fmt::format("{:.1f}", 100.0 * x); }
+std::string pct(double x) {
+  return fmt::format("{:.1f}", 100.0 * x);
+}
 
 std::string paired_cell(const PairedResult& p) {
-  return fmt::format("{} ({:+.1f} [{:+.1f}, {:+.1f}], p={:.2g})", pct(p.arm), 100 * p.diff, 100 * p.lo, 100 * p.hi, p.mcnemar_p);
+  return fmt::format("{} ({:+.1f} [{:+.1f}, {:+.1f}], p={:.2g})", pct(p.arm), 100 * p.diff, 100 * p.lo, 100 * p.hi,
+                     p.mcnemar_p);
 }
 
 }  // namespace
@@ -56,8 +59,10 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
     const auto s = scores_at(rs, len);
     size_t n = 0;
     if (!s.empty() && !s.begin()->second.empty()) n = s.begin()->second.begin()->second.size();
-    md += fmt::format("\n**{} tokens** ({} examples per task). Accuracy (string_match_all x 100); for each arm the paired "
-                      "difference to bf16 with its 95% bootstrap CI and McNemar's exact p.\n\n| task |", len, n);
+    md += fmt::format(
+        "\n**{} tokens** ({} examples per task). Accuracy (string_match_all x 100); for each arm the paired "
+        "difference to bf16 with its 95% bootstrap CI and McNemar's exact p.\n\n| task |",
+        len, n);
     for (const auto& a : arms) md += " " + a + " |";
     md += "\n|---|";
     for (size_t i = 0; i < arms.size(); ++i) md += "---|";
@@ -90,10 +95,11 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
     md += "\n";
   }
   // Memory and speed per arm and length, from the runs' own accounting and clocks.
-  md += "\nKV memory at the end of each request (all layers, block tables included; reconciled = every pool's "
-        "bytes add up), and CPU speed (median over examples):\n\n"
-        "| length | arm | bytes / live token | Recent KiB | Anchor KiB | Stale KiB | vs bf16 | vs fp8 | reconciled | "
-        "prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md +=
+      "\nKV memory at the end of each request (all layers, block tables included; reconciled = every pool's "
+      "bytes add up), and CPU speed (median over examples):\n\n"
+      "| length | arm | bytes / live token | Recent KiB | Anchor KiB | Stale KiB | vs bf16 | vs fp8 | reconciled | "
+      "prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (int len : lengths) {
     std::map<std::string, double> bpt;
     for (const auto& a : arms) {
@@ -119,11 +125,11 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
         if (r.prefill_s > 0) pf.push_back(pt / r.prefill_s);
         if (r.decode_s > 0 && r.generated > 1) dc.push_back(static_cast<double>(r.generated - 1) / r.decode_s);
       }
-      md += fmt::format("| {} | {} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {} | {} | {} | {:.0f} | {:.1f} |\n", len, a, bpt[a],
-                        rec / cnt / 1024, anc / cnt / 1024, st / cnt / 1024,
+      md += fmt::format("| {} | {} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {} | {} | {} | {:.0f} | {:.1f} |\n", len, a,
+                        bpt[a], rec / cnt / 1024, anc / cnt / 1024, st / cnt / 1024,
                         bpt.count("bf16") ? fmt::format("{:.2f}x", bpt["bf16"] / bpt[a]) : "-",
-                        bpt.count("fp8") ? fmt::format("{:.2f}x", bpt["fp8"] / bpt[a]) : "-", ok ? "yes" : "NO", median(pf),
-                        median(dc));
+                        bpt.count("fp8") ? fmt::format("{:.2f}x", bpt["fp8"] / bpt[a]) : "-", ok ? "yes" : "NO",
+                        median(pf), median(dc));
     }
   }
   return md;
@@ -131,10 +137,11 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
 
 std::string kl_markdown(const std::vector<KlRecord>& rs) {
   std::string md =
-      "\n| length | arm | windows | positions | mean KL(arm‖bf16) | p99 | mean KL(bf16‖arm) | p99 |\n|---|---|---|---|---|---|---|---|\n";
+      "\n| length | arm | windows | positions | mean KL(arm‖bf16) | p99 | mean KL(bf16‖arm) | p99 "
+      "|\n|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rs)
-    md += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} |\n", r.length, r.arm, r.windows, r.positions,
-                      r.mean, r.p99, r.mean_rev, r.p99_rev);
+    md += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} |\n", r.length, r.arm, r.windows,
+                      r.positions, r.mean, r.p99, r.mean_rev, r.p99_rev);
   return md;
 }
 
@@ -142,32 +149,49 @@ std::string memory_markdown(const std::vector<MemoryRecord>& rs) {
   std::map<size_t, std::map<std::string, double>> bpt;
   for (const auto& r : rs) bpt[r.tokens][r.arm] = r.kv.bytes_per_token;
   std::string md =
-      "\n| live tokens | arm | bytes / live token | Recent MiB | Anchor MiB | Stale MiB | block tables KiB | vs bf16 | vs fp8 | reconciled |\n"
+      "\n| live tokens | arm | bytes / live token | Recent MiB | Anchor MiB | Stale MiB | block tables KiB | vs bf16 | "
+      "vs fp8 | reconciled |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rs) {
     const auto& b = bpt[r.tokens];
-    md += fmt::format("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {} | {} | {} |\n", r.tokens, r.arm, r.kv.bytes_per_token,
-                      static_cast<double>(r.kv.recent) / 1048576.0, static_cast<double>(r.kv.anchor) / 1048576.0,
-                      static_cast<double>(r.kv.stale) / 1048576.0, static_cast<double>(r.kv.block_tables) / 1024.0,
+    md += fmt::format("| {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {} | {} | {} |\n", r.tokens, r.arm,
+                      r.kv.bytes_per_token, static_cast<double>(r.kv.recent) / 1048576.0,
+                      static_cast<double>(r.kv.anchor) / 1048576.0, static_cast<double>(r.kv.stale) / 1048576.0,
+                      static_cast<double>(r.kv.block_tables) / 1024.0,
                       b.count("bf16") ? fmt::format("{:.2f}x", b.at("bf16") / r.kv.bytes_per_token) : "-",
-                      b.count("fp8") ? fmt::format("{:.2f}x", b.at("fp8") / r.kv.bytes_per_token) : "-", r.kv.reconciled ? "yes" : "NO");
+                      b.count("fp8") ? fmt::format("{:.2f}x", b.at("fp8") / r.kv.bytes_per_token) : "-",
+                      r.kv.reconciled ? "yes" : "NO");
   }
   return md;
 }
 
 namespace {
 nlohmann::json kv_json(const KvUse& k) {
-  return {{"recent", k.recent}, {"anchor", k.anchor}, {"stale", k.stale}, {"block_tables", k.block_tables},
-          {"live_tokens", k.live_tokens}, {"bytes_per_token", k.bytes_per_token}, {"reconciled", k.reconciled}};
+  return {{"recent", k.recent},
+          {"anchor", k.anchor},
+          {"stale", k.stale},
+          {"block_tables", k.block_tables},
+          {"live_tokens", k.live_tokens},
+          {"bytes_per_token", k.bytes_per_token},
+          {"reconciled", k.reconciled}};
 }
 }  // namespace
 
 nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
   nlohmann::json j = {{"seed", seed}, {"records", nlohmann::json::array()}, {"summary", nlohmann::json::array()}};
   for (const auto& r : rs)
-    j["records"].push_back({{"task", r.task}, {"arm", r.arm}, {"length", r.length}, {"index", r.index}, {"score", r.score},
-                            {"output", r.output}, {"prompt_tokens", r.prompt_tokens}, {"reused_tokens", r.reused_tokens},
-                            {"generated", r.generated}, {"prefill_s", r.prefill_s}, {"decode_s", r.decode_s}, {"kv", kv_json(r.kv)}});
+    j["records"].push_back({{"task", r.task},
+                            {"arm", r.arm},
+                            {"length", r.length},
+                            {"index", r.index},
+                            {"score", r.score},
+                            {"output", r.output},
+                            {"prompt_tokens", r.prompt_tokens},
+                            {"reused_tokens", r.reused_tokens},
+                            {"generated", r.generated},
+                            {"prefill_s", r.prefill_s},
+                            {"decode_s", r.decode_s},
+                            {"kv", kv_json(r.kv)}});
   const auto arms = ordered_unique(rs, &NiahRecord::arm);
   const auto tasks = ordered_unique(rs, &NiahRecord::task);
   const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
@@ -178,14 +202,26 @@ nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
       std::vector<std::vector<double>> arm_s, base_s;
       for (const auto& t : tasks) {
         const auto p = paired_bootstrap(s.at(a).at(t), has_base ? s.at("bf16").at(t) : s.at(a).at(t), ++k);
-        j["summary"].push_back({{"length", len}, {"arm", a}, {"task", t}, {"n", p.n}, {"accuracy", 100 * p.arm},
-                                {"diff_vs_bf16", 100 * p.diff}, {"ci95", {100 * p.lo, 100 * p.hi}}, {"mcnemar_p", p.mcnemar_p}});
+        j["summary"].push_back({{"length", len},
+                                {"arm", a},
+                                {"task", t},
+                                {"n", p.n},
+                                {"accuracy", 100 * p.arm},
+                                {"diff_vs_bf16", 100 * p.diff},
+                                {"ci95", {100 * p.lo, 100 * p.hi}},
+                                {"mcnemar_p", p.mcnemar_p}});
         arm_s.push_back(s.at(a).at(t));
         base_s.push_back(has_base ? s.at("bf16").at(t) : s.at(a).at(t));
       }
       const auto p = paired_bootstrap_macro(arm_s, base_s, ++k);
-      j["summary"].push_back({{"length", len}, {"arm", a}, {"task", "macro"}, {"n", p.n}, {"accuracy", 100 * p.arm},
-                              {"diff_vs_bf16", 100 * p.diff}, {"ci95", {100 * p.lo, 100 * p.hi}}, {"mcnemar_p", p.mcnemar_p}});
+      j["summary"].push_back({{"length", len},
+                              {"arm", a},
+                              {"task", "macro"},
+                              {"n", p.n},
+                              {"accuracy", 100 * p.arm},
+                              {"diff_vs_bf16", 100 * p.diff},
+                              {"ci95", {100 * p.lo, 100 * p.hi}},
+                              {"mcnemar_p", p.mcnemar_p}});
     }
   }
   return j;
@@ -194,8 +230,13 @@ nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
 nlohmann::json to_json(const std::vector<KlRecord>& rs) {
   auto j = nlohmann::json::array();
   for (const auto& r : rs)
-    j.push_back({{"arm", r.arm}, {"length", r.length}, {"windows", r.windows}, {"positions", r.positions},
-                 {"kl_arm_bf16_mean", r.mean}, {"kl_arm_bf16_p99", r.p99}, {"kl_bf16_arm_mean", r.mean_rev},
+    j.push_back({{"arm", r.arm},
+                 {"length", r.length},
+                 {"windows", r.windows},
+                 {"positions", r.positions},
+                 {"kl_arm_bf16_mean", r.mean},
+                 {"kl_arm_bf16_p99", r.p99},
+                 {"kl_bf16_arm_mean", r.mean_rev},
                  {"kl_bf16_arm_p99", r.p99_rev}});
   return j;
 }

@@ -10,7 +10,9 @@ namespace minimakv::eval {
 
 std::string ArmSpec::describe() const {
   const auto& c = opt.controller;
-  std::string s = std::string(opt.mode == cache::KvMode::kBf16 ? "bf16" : opt.mode == cache::KvMode::kFp8 ? "fp8" : "minima") +
+  std::string s = std::string(opt.mode == cache::KvMode::kBf16  ? "bf16"
+                              : opt.mode == cache::KvMode::kFp8 ? "fp8"
+                                                                : "minima") +
                   ", " + std::to_string(opt.tokens_per_page) + "-token pages, prefill chunks of " +
                   std::to_string(opt.prefill_chunk) + " with a retier checkpoint after each";
   if (opt.mode == cache::KvMode::kMinima)
@@ -20,7 +22,9 @@ std::string ArmSpec::describe() const {
   return s;
 }
 
-std::vector<std::string> known_arms() { return {"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"}; }
+std::vector<std::string> known_arms() {
+  return {"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"};
+}
 
 ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk) {
   ArmSpec a;
@@ -190,9 +194,9 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths, int windows,
-                             int score_tokens, const std::vector<std::string>& arms, int page_size, int prefill_chunk,
-                             uint64_t seed, attention::ThreadPool* pool) {
+std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths,
+                             int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
+                             int prefill_chunk, uint64_t seed, attention::ThreadPool* pool) {
   if (windows < 1 || score_tokens < 1) throw std::invalid_argument("run_kl: windows and score_tokens must be positive");
   const ArmSpec ref = make_arm("bf16", page_size, prefill_chunk);
   std::vector<ArmSpec> specs;
@@ -208,7 +212,8 @@ std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, c
       // A window of held-out essay text, starting at a random sentence.
       std::string text;
       size_t i = rng.below(data.essay_sentences.size());
-      while (text.size() < static_cast<size_t>(len) * 6) text += (text.empty() ? "" : " ") + data.essay_sentences[i++ % data.essay_sentences.size()];
+      while (text.size() < static_cast<size_t>(len) * 6)
+        text += (text.empty() ? "" : " ") + data.essay_sentences[i++ % data.essay_sentences.size()];
       auto ids = model.tokenizer().encode(text);
       if (ids.size() < static_cast<size_t>(len)) throw std::runtime_error("run_kl: essay window too short");
       ids.resize(static_cast<size_t>(len));

@@ -47,7 +47,8 @@ void percentile_ci(std::vector<double>& d, PairedResult& r) {
 }  // namespace
 
 PairedResult paired_bootstrap(std::span<const double> arm, std::span<const double> base, uint64_t seed, int resamples) {
-  if (arm.size() != base.size() || arm.empty()) throw std::invalid_argument("paired_bootstrap: need equal, non-empty samples");
+  if (arm.size() != base.size() || arm.empty())
+    throw std::invalid_argument("paired_bootstrap: need equal, non-empty samples");
   PairedResult r;
   r.n = static_cast<int>(arm.size());
   r.arm = mean(arm);
@@ -69,9 +70,10 @@ PairedResult paired_bootstrap(std::span<const double> arm, std::span<const doubl
   return r;
 }
 
-PairedResult paired_bootstrap_macro(const std::vector<std::vector<double>>& arm, const std::vector<std::vector<double>>& base,
-                                    uint64_t seed, int resamples) {
-  if (arm.size() != base.size() || arm.empty()) throw std::invalid_argument("paired_bootstrap_macro: need equal, non-empty groups");
+PairedResult paired_bootstrap_macro(const std::vector<std::vector<double>>& arm,
+                                    const std::vector<std::vector<double>>& base, uint64_t seed, int resamples) {
+  if (arm.size() != base.size() || arm.empty())
+    throw std::invalid_argument("paired_bootstrap_macro: need equal, non-empty groups");
   PairedResult r;
   for (size_t g = 0; g < arm.size(); ++g) {
     if (arm[g].size() != base[g].size() || arm[g].empty())

@@ -32,7 +32,8 @@ TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
   size_t pages = 0;
   for (const auto& r : lens)
     for (int n : r) pages += (n + 63) / 64;
-  auto all = testing::make_gpu_pages(rng, geo, {static_cast<int>(pages * 64)}, [](int, int, int) { return PageFormat::kFp8; });
+  auto all =
+      testing::make_gpu_pages(rng, geo, {static_cast<int>(pages * 64)}, [](int, int, int) { return PageFormat::kFp8; });
   for (size_t round = 0; round < lens.size(); ++round) {
     const int mix = static_cast<int>(round);
     auto s = testing::make_gpu_pages(rng, geo, lens[round], [mix](int, int p, int) {

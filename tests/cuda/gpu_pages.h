@@ -19,9 +19,9 @@ namespace minimakv::testing {
 struct GpuPageSet {
   codec::PageGeometry geo;
   std::unique_ptr<cuda::DevicePagePool> pool;
-  std::vector<codec::Rotation> rotations;           // one per KV head (layer 0)
-  std::vector<std::vector<uint8_t>> host_pages;     // storage behind the CPU views
-  std::vector<std::vector<cuda::PageRef>> seqs;     // GPU description
+  std::vector<codec::Rotation> rotations;               // one per KV head (layer 0)
+  std::vector<std::vector<uint8_t>> host_pages;         // storage behind the CPU views
+  std::vector<std::vector<cuda::PageRef>> seqs;         // GPU description
   std::vector<std::vector<attention::PageView>> views;  // CPU description
   std::vector<uint32_t> free_ids;
 

@@ -92,8 +92,8 @@ TEST(GpuPageWrites, AppendEqualsCpuWriteTokenForFp8AndBf16) {
       cuda::check(cudaDeviceSynchronize(), "append");
       std::vector<std::vector<uint8_t>> host(pages + 1, std::vector<uint8_t>(L.bytes(), 0));
       for (int i = 0; i < n; ++i)
-        codec::write_token(host[slots[i].page_id], L, static_cast<int>(slots[i].token),
-                           {k.data() + i * row, row}, {v.data() + i * row, row});
+        codec::write_token(host[slots[i].page_id], L, static_cast<int>(slots[i].token), {k.data() + i * row, row},
+                           {v.data() + i * row, row});
       for (uint32_t p = 1; p <= pages; ++p) {
         std::vector<uint8_t> got(L.bytes());
         pool.download(f, p, got);
@@ -147,7 +147,8 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
       std::vector<cuda::ConvertJob> back;
       for (const auto& job : jobs) back.push_back({job.dst_page, job.src_page, job.tokens, job.layer});
       cuda::check(cudaMemcpy(dj.get(), back.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
-      for (int j = 1; j <= jobs_n; ++j) cuda::check(cudaMemset(pool.page(PageFormat::kFp8, j), 0xa5, FL.bytes()), "poison");
+      for (int j = 1; j <= jobs_n; ++j)
+        cuda::check(cudaMemset(pool.page(PageFormat::kFp8, j), 0xa5, FL.bytes()), "poison");
       cuda::convert_tq3_to_fp8(pool.views(), g, signs.get(), dj.get(), jobs_n, nullptr);
       cuda::check(cudaDeviceSynchronize(), "promote");
       for (const auto& job : back) {

@@ -34,11 +34,16 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   std::vector<float> q(static_cast<size_t>(batch) * q_heads * d);
   for (auto& x : q) x = 2.0f * nd(rng);  // peaky enough that the softmax is not uniform
   const auto signs = cuda::upload_rotation_signs(1, H, d, codec::kDefaultRotationSeed);
-  cuda::DeviceArray<float> dq(q.size()), dout(q.size()), dm(static_cast<size_t>(batch) * q_heads),
-      dl(dm.size()), dpm(plan.entries.size() * q_heads), dpl(dpm.size());
+  cuda::DeviceArray<float> dq(q.size()), dout(q.size()), dm(static_cast<size_t>(batch) * q_heads), dl(dm.size()),
+      dpm(plan.entries.size() * q_heads), dpl(dpm.size());
   cuda::check(cudaMemcpy(dq.get(), q.data(), dq.bytes(), cudaMemcpyHostToDevice), "q");
   for (auto* a : {&dout, &dm, &dl, &dpm, &dpl}) cuda::check(cudaMemset(a->get(), 0xff, a->bytes()), "poison");
-  cuda::DecodeBuffers io{dq.get(), signs.get(), dout.get(), dm.get(), dl.get(), scores ? dpm.get() : nullptr,
+  cuda::DecodeBuffers io{dq.get(),
+                         signs.get(),
+                         dout.get(),
+                         dm.get(),
+                         dl.get(),
+                         scores ? dpm.get() : nullptr,
                          scores ? dpl.get() : nullptr};
   ws.launch(s.pool->views(), io, nullptr);
   cuda::check(cudaDeviceSynchronize(), "decode");
@@ -118,7 +123,8 @@ TEST(GpuDecode, EveryHeadDimAndGqaRatioMatchesCpuAndReference) {
       auto s = testing::make_gpu_pages(rng, {B, H, d}, {1, 333, 777 + g}, random_mix(rng));
       SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(g) + " B=" + std::to_string(B));
       const auto r = run_case(rng, s, g * H, 128, g % 3 == 0);
-      if (g == 8) std::printf("d=%d G=8: gpu-ref %.2e cpu-ref %.2e gpu-cpu %.2e\n", d, r.gpu_vs_ref, r.cpu_vs_ref, r.gpu_vs_cpu);
+      if (g == 8)
+        std::printf("d=%d G=8: gpu-ref %.2e cpu-ref %.2e gpu-cpu %.2e\n", d, r.gpu_vs_ref, r.cpu_vs_ref, r.gpu_vs_cpu);
     }
   }
 }

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "minimakv/eval/niah.h"
@@ -14,13 +16,14 @@ namespace minimakv::eval {
 namespace {
 
 const model::Tokenizer& tokenizer() {
-  static const auto tok = model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
+  static const auto tok =
+      model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
   return tok;
 }
 
 NiahData synthetic_data(std::mt19937_64& rng) {
-  static const char* words[] = {"river", "stone", "quiet", "green", "lamp", "winter", "copper", "field", "music", "north",
-                                "paper", "silver", "garden", "cloud", "market", "harbor"};
+  static const char* words[] = {"river", "stone", "quiet", "green",  "lamp",   "winter", "copper", "field",
+                                "music", "north", "paper", "silver", "garden", "cloud",  "market", "harbor"};
   NiahData d;
   for (int i = 0; i < 400; ++i) {
     std::string s = "The";
@@ -45,7 +48,8 @@ TEST(Niah, SameSeedGivesByteIdenticalExamplesAndSeedsDiffer) {
   const uint64_t seed = rng();
   const NiahGenerator a(data, tokenizer(), seed), b(data, tokenizer(), seed), c(data, tokenizer(), seed + 1);
   for (const auto& t : ruler_niah_tasks()) {
-    const auto x = a.make(t, 600, 32, 3), y = b.make(t, 600, 32, 3), z = c.make(t, 600, 32, 3), w = a.make(t, 600, 32, 4);
+    const auto x = a.make(t, 600, 32, 3), y = b.make(t, 600, 32, 3), z = c.make(t, 600, 32, 3),
+               w = a.make(t, 600, 32, 4);
     EXPECT_EQ(x.prompt, y.prompt) << t.name;
     EXPECT_EQ(x.ids, y.ids) << t.name;
     EXPECT_NE(x.prompt, z.prompt) << t.name;
@@ -85,8 +89,10 @@ TEST(Niah, PromptsFitTheLengthAndCarryEveryNeedle) {
       }
       const bool one = want == 1;
       EXPECT_EQ(ex.prompt.rfind(one ? "A special magic " : "Some special magic ", 0), 0u);
-      EXPECT_NE(ex.prompt.find(one ? "\nWhat is the special magic " : "\nWhat are all the special magic "), std::string::npos);
-      EXPECT_TRUE(ex.prompt.ends_with(one ? "mentioned in the provided text is" : "mentioned in the provided text are"));
+      EXPECT_NE(ex.prompt.find(one ? "\nWhat is the special magic " : "\nWhat are all the special magic "),
+                std::string::npos);
+      EXPECT_TRUE(
+          ex.prompt.ends_with(one ? "mentioned in the provided text is" : "mentioned in the provided text are"));
       if (t.queries == 4) {
         EXPECT_NE(ex.prompt.find(", and "), std::string::npos) << "four queries joined RULER's way";
       }
@@ -104,7 +110,8 @@ TEST(Niah, DepthsSpreadOverTheContext) {
     ASSERT_EQ(ex.depths.size(), 1u);
     ++quartile[std::min(3, static_cast<int>(ex.depths[0] * 4))];
     // The needle really sits at that depth of the context (within a sentence or two).
-    const auto begin = static_cast<double>(ex.prompt.find('\n') + 1), end = static_cast<double>(ex.prompt.rfind("\nWhat "));
+    const auto begin = static_cast<double>(ex.prompt.find('\n') + 1),
+               end = static_cast<double>(ex.prompt.rfind("\nWhat "));
     const double at = (static_cast<double>(ex.prompt.find("One of the special magic")) - begin) / (end - begin);
     EXPECT_NEAR(at, ex.depths[0], 0.06) << "example " << i;
   }
@@ -123,9 +130,33 @@ TEST(Niah, BadTasksAndLengthsAreRejected) {
   EXPECT_THROW(load_niah_data("/nonexistent"), std::runtime_error);
 }
 
+TEST(Niah, LoadedEssaySplitsIntoProseSentencesAndDropsOverlongOnes) {
+  const std::string dir = ::testing::TempDir() + "/niah_data_" + std::to_string(testing::test_seed());
+  std::filesystem::create_directories(dir + "/corpus");
+  std::filesystem::create_directories(dir + "/words");
+  {
+    std::ofstream e(dir + "/corpus/essay.txt");
+    for (int i = 0; i < 150; ++i) e << "This is sentence " << i << " of the test essay,\nwrapped   over lines. ";
+    e << std::string(5000, 'x') << " and no full stop for a very long time.\n";
+    std::ofstream(dir + "/words/eval_adjectives.txt") << "calm\nbright\n";
+    std::ofstream(dir + "/words/eval_nouns.txt") << "owl\n\ncanyon\n";
+  }
+  const auto d = load_niah_data(dir);
+  EXPECT_EQ(d.essay_sentences.size(), 150u);
+  for (const auto& s : d.essay_sentences) {
+    EXPECT_LE(s.size(), 600u);
+    EXPECT_EQ(s.find('\n'), std::string::npos);
+    EXPECT_EQ(s.find("  "), std::string::npos);
+  }
+  EXPECT_EQ(d.essay_sentences[3], "This is sentence 3 of the test essay, wrapped over lines.");
+  EXPECT_EQ(d.nouns, (std::vector<std::string>{"owl", "canyon"}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Niah, StringMatchAllIsTheFractionOfValuesFoundCaseInsensitively) {
   EXPECT_DOUBLE_EQ(string_match_all(" 1234567.", {"1234567"}), 1.0);
-  EXPECT_DOUBLE_EQ(string_match_all(" The values are 1234567 and 7654321", {"1234567", "7654321", "1111111", "2222222"}), 0.5);
+  EXPECT_DOUBLE_EQ(
+      string_match_all(" The values are 1234567 and 7654321", {"1234567", "7654321", "1111111", "2222222"}), 0.5);
   EXPECT_DOUBLE_EQ(string_match_all(" CALM-OWL", {"calm-owl"}), 1.0);
   EXPECT_DOUBLE_EQ(string_match_all("", {"x"}), 0.0);
   EXPECT_DOUBLE_EQ(string_match_all("anything", {}), 0.0);

@@ -67,10 +67,10 @@ TEST(Stats, NinetyFivePercentIntervalsCoverTheTrueDifference) {
 TEST(Stats, MacroAveragesGroupMeansAndResamplesWithinGroups) {
   const std::vector<std::vector<double>> arm{{1, 1, 1, 1}, {0, 0}}, base{{1, 1, 1, 1}, {1, 1}};
   const auto r = paired_bootstrap_macro(arm, base, 5);
-  EXPECT_DOUBLE_EQ(r.arm, 0.5);   // (1 + 0) / 2, not 4/6
+  EXPECT_DOUBLE_EQ(r.arm, 0.5);  // (1 + 0) / 2, not 4/6
   EXPECT_DOUBLE_EQ(r.base, 1.0);
   EXPECT_DOUBLE_EQ(r.diff, -0.5);
-  EXPECT_DOUBLE_EQ(r.lo, -0.5);   // every resample keeps each group's size: no variance here
+  EXPECT_DOUBLE_EQ(r.lo, -0.5);  // every resample keeps each group's size: no variance here
   EXPECT_DOUBLE_EQ(r.hi, -0.5);
   EXPECT_EQ(r.base_only, 2);
   EXPECT_NEAR(r.mcnemar_p, 0.5, 1e-12);

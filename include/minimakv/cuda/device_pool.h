@@ -18,8 +18,8 @@ namespace minimakv::cuda {
 
 struct DeviceLayout {
   uint64_t page_bytes = 0;
-  uint32_t row = 0, meta = 0;                 // code / metadata bytes of one (token, head) vector
-  uint32_t code_stride = 0, meta_stride = 0;  // per-head block strides inside a section
+  uint32_t row = 0, meta = 0;                    // code / metadata bytes of one (token, head) vector
+  uint32_t code_stride = 0, meta_stride = 0;     // per-head block strides inside a section
   uint32_t v_codes = 0, k_meta = 0, v_meta = 0;  // section offsets (K codes start at 0)
   static DeviceLayout from(const codec::PageLayout& L);
 };

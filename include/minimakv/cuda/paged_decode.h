@@ -57,8 +57,8 @@ struct DecodePlan {
 
 // split_tokens: tokens per split (>= 128 recommended; 0 chooses from the batch so the grid fills the
 // GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
-DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape,
-                            int split_tokens = 0, bool page_granular = false);
+DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens = 0,
+                            bool page_granular = false);
 
 // What one decode call read (the paper's contribution 4). route: "mixed" when TQ3 and FP8/BF16 pages are
 // read in the same call, else "tq3-only", "fp8-only" or "dense". Bytes count K and V codes plus metadata
@@ -74,12 +74,12 @@ struct DecodeStats {
 };
 
 struct DecodeBuffers {
-  const float* q = nullptr;          // [batch][q_heads][head_dim]
-  const float* signs = nullptr;      // rotation signs of this layer: [kv_heads][head_dim] (+-1)
-  float* out = nullptr;              // [batch][q_heads][head_dim]
-  float* m = nullptr;                // optional merged max logits [batch][q_heads]
-  float* l = nullptr;                // optional merged sums [batch][q_heads]
-  float* page_m = nullptr;           // optional per-entry [entry][q_heads] (needs a page-granular plan)
+  const float* q = nullptr;      // [batch][q_heads][head_dim]
+  const float* signs = nullptr;  // rotation signs of this layer: [kv_heads][head_dim] (+-1)
+  float* out = nullptr;          // [batch][q_heads][head_dim]
+  float* m = nullptr;            // optional merged max logits [batch][q_heads]
+  float* l = nullptr;            // optional merged sums [batch][q_heads]
+  float* page_m = nullptr;       // optional per-entry [entry][q_heads] (needs a page-granular plan)
   float* page_l = nullptr;
 };
 

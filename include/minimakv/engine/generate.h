@@ -22,10 +22,10 @@ struct GenerateOptions {
   int max_new_tokens = 32;
   int checkpoint_interval = 64;
   policy::ControllerConfig controller{};
-  std::vector<int32_t> stop_ids;  // default: the model's eos ids
-  float temperature = 0.0f;       // 0: greedy
-  float top_p = 1.0f;             // nucleus sampling over the smallest set with this much probability
-  uint64_t seed = 0;              // sampling is reproducible for a given seed
+  std::vector<int32_t> stop_ids;      // default: the model's eos ids
+  float temperature = 0.0f;           // 0: greedy
+  float top_p = 1.0f;                 // nucleus sampling over the smallest set with this much probability
+  uint64_t seed = 0;                  // sampling is reproducible for a given seed
   std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
   std::function<void(size_t done, size_t total)> on_prefill_progress;  // after each prefill chunk
 };
@@ -41,8 +41,7 @@ struct GenerateResult {
 };
 
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        attention::ThreadPool* pool = nullptr,
-                        const std::function<void(int32_t)>& on_token = {});
+                        attention::ThreadPool* pool = nullptr, const std::function<void(int32_t)>& on_token = {});
 
 // Requests that share one KV store, so a later prompt reuses the cached full pages of an earlier one
 // (prefix caching). The last prompt token is always recomputed, since its logits start decoding. A hit

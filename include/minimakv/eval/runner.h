@@ -58,7 +58,8 @@ struct NiahConfig {
 };
 
 std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& data, const NiahConfig& cfg,
-                                 attention::ThreadPool* pool, const std::function<void(const NiahRecord&)>& progress = {});
+                                 attention::ThreadPool* pool,
+                                 const std::function<void(const NiahRecord&)>& progress = {});
 
 struct KlRecord {
   std::string arm;
@@ -70,9 +71,9 @@ struct KlRecord {
 
 // Windows of held-out essay text of `length` tokens; the last `score_tokens` positions of each are
 // scored (their context is compressed in minima arms). bf16 is the reference.
-std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths, int windows,
-                             int score_tokens, const std::vector<std::string>& arms, int page_size, int prefill_chunk,
-                             uint64_t seed, attention::ThreadPool* pool);
+std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths,
+                             int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
+                             int prefill_chunk, uint64_t seed, attention::ThreadPool* pool);
 
 struct MemoryRecord {
   std::string arm;

@@ -13,10 +13,10 @@ namespace minimakv::eval {
 
 struct PairedResult {
   int n = 0;
-  double base = 0, arm = 0;           // means (same scale as the inputs)
-  double diff = 0, lo = 0, hi = 0;    // arm - base and its 95% bootstrap interval
-  int arm_only = 0, base_only = 0;    // discordant pairs of the binary outcome (score == 1)
-  double mcnemar_p = 1.0;             // exact two-sided
+  double base = 0, arm = 0;         // means (same scale as the inputs)
+  double diff = 0, lo = 0, hi = 0;  // arm - base and its 95% bootstrap interval
+  int arm_only = 0, base_only = 0;  // discordant pairs of the binary outcome (score == 1)
+  double mcnemar_p = 1.0;           // exact two-sided
 };
 
 // Two-sided exact McNemar p-value: 2 * P[X <= min(b, c)], X ~ Binomial(b + c, 1/2), capped at 1.
