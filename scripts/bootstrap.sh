@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv
+pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv clang
       libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
       libfmt-dev libpcre2-dev libopenblas-dev
       python3.11-doc linux-doc-6.1 wordnet-base wamerican)

@@ -26,9 +26,9 @@ constexpr uint64_t kMaxHeader = 100'000'000;  // as the reference implementation
 
 DType parse_dtype(const std::string& s, const std::string& file, const std::string& tensor) {
   static const std::map<std::string, DType> k = {
-      {"BOOL", DType::kBool}, {"U8", DType::kU8},   {"I8", DType::kI8},     {"I16", DType::kI16},
-      {"U16", DType::kU16},   {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"I32", DType::kI32},
-      {"U32", DType::kU32},   {"F32", DType::kF32}, {"F64", DType::kF64},   {"I64", DType::kI64},
+      {"BOOL", DType::kBool}, {"U8", DType::kU8},          {"I8", DType::kI8},         {"I16", DType::kI16},
+      {"U16", DType::kU16},   {"F16", DType::kF16},        {"BF16", DType::kBF16},     {"I32", DType::kI32},
+      {"U32", DType::kU32},   {"F32", DType::kF32},        {"F64", DType::kF64},       {"I64", DType::kI64},
       {"U64", DType::kU64},   {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2}};
   auto it = k.find(s);
   if (it == k.end()) fail(file, "tensor '" + tensor + "' has unknown dtype '" + s + "'");
@@ -38,31 +38,61 @@ DType parse_dtype(const std::string& s, const std::string& file, const std::stri
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kBool: case DType::kU8: case DType::kI8: case DType::kF8E4M3: case DType::kF8E5M2: return 1;
-    case DType::kI16: case DType::kU16: case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI32: case DType::kU32: case DType::kF32: return 4;
-    case DType::kF64: case DType::kI64: case DType::kU64: return 8;
+    case DType::kBool:
+    case DType::kU8:
+    case DType::kI8:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return 1;
+    case DType::kI16:
+    case DType::kU16:
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+    case DType::kU32:
+    case DType::kF32:
+      return 4;
+    case DType::kF64:
+    case DType::kI64:
+    case DType::kU64:
+      return 8;
   }
   return 0;
 }
 
 const char* to_string(DType t) {
   switch (t) {
-    case DType::kBool: return "BOOL";
-    case DType::kU8: return "U8";
-    case DType::kI8: return "I8";
-    case DType::kI16: return "I16";
-    case DType::kU16: return "U16";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kU32: return "U32";
-    case DType::kF32: return "F32";
-    case DType::kF64: return "F64";
-    case DType::kI64: return "I64";
-    case DType::kU64: return "U64";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kF8E5M2: return "F8_E5M2";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kI16:
+      return "I16";
+    case DType::kU16:
+      return "U16";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kU32:
+      return "U32";
+    case DType::kF32:
+      return "F32";
+    case DType::kF64:
+      return "F64";
+    case DType::kI64:
+      return "I64";
+    case DType::kU64:
+      return "U64";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kF8E5M2:
+      return "F8_E5M2";
   }
   return "?";
 }
@@ -74,7 +104,8 @@ size_t TensorInfo::numel() const {
 }
 
 SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::string& file) {
-  if (bytes.size() < 8) fail(file, "file is " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
+  if (bytes.size() < 8)
+    fail(file, "file is " + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];
   if (n > kMaxHeader) fail(file, "header length " + std::to_string(n) + " exceeds the limit of 100000000 bytes");
@@ -111,9 +142,11 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
     if (!v["shape"].is_array()) fail(file, "tensor '" + name + "' shape is not an array");
     size_t numel = 1;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(file, "tensor '" + name + "' has a negative or non-integer dimension");
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        fail(file, "tensor '" + name + "' has a negative or non-integer dimension");
       const auto dim = static_cast<size_t>(d.get<int64_t>());
-      if (dim != 0 && numel > std::numeric_limits<size_t>::max() / dim) fail(file, "tensor '" + name + "' element count overflows");
+      if (dim != 0 && numel > std::numeric_limits<size_t>::max() / dim)
+        fail(file, "tensor '" + name + "' element count overflows");
       numel *= dim;
       t.shape.push_back(d.get<int64_t>());
     }
@@ -123,10 +156,11 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
     t.begin = off[0].get<size_t>();
     t.end = off[1].get<size_t>();
     if (t.end < t.begin) fail(file, "tensor '" + name + "' data_offsets end before they begin");
-    if (numel > std::numeric_limits<size_t>::max() / dtype_size(t.dtype)) fail(file, "tensor '" + name + "' byte size overflows");
+    if (numel > std::numeric_limits<size_t>::max() / dtype_size(t.dtype))
+      fail(file, "tensor '" + name + "' byte size overflows");
     if (t.end - t.begin != numel * dtype_size(t.dtype))
-      fail(file, "tensor '" + name + "' holds " + std::to_string(t.end - t.begin) + " bytes, its shape and dtype need " +
-                     std::to_string(numel * dtype_size(t.dtype)));
+      fail(file, "tensor '" + name + "' holds " + std::to_string(t.end - t.begin) +
+                     " bytes, its shape and dtype need " + std::to_string(numel * dtype_size(t.dtype)));
     h.tensors.push_back(std::move(t));
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
@@ -135,12 +169,13 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
   size_t expect = 0;
   for (const TensorInfo& t : h.tensors) {
     if (t.begin != expect)
-      fail(file, "tensor '" + t.name + "' starts at byte " + std::to_string(t.begin) + ", expected " + std::to_string(expect) +
-                     " (offsets must be contiguous)");
+      fail(file, "tensor '" + t.name + "' starts at byte " + std::to_string(t.begin) + ", expected " +
+                     std::to_string(expect) + " (offsets must be contiguous)");
     expect = t.end;
   }
   if (expect != data_size)
-    fail(file, "tensors cover " + std::to_string(expect) + " bytes but the data region holds " + std::to_string(data_size));
+    fail(file,
+         "tensors cover " + std::to_string(expect) + " bytes but the data region holds " + std::to_string(data_size));
   return h;
 }
 
@@ -196,6 +231,27 @@ std::span<const uint8_t> SafetensorsFile::data(const TensorInfo& t) const {
 
 // ------------------------------------------------------------------ checkpoint directory
 
+std::map<std::string, std::string> parse_checkpoint_index(std::string_view text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(file, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) fail(file, "no weight_map object");
+  std::map<std::string, std::string> out;
+  const auto& wm = j["weight_map"];
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    if (!it.value().is_string()) fail(file, "weight_map entry '" + it.key() + "' is not a file name");
+    std::string s = it.value().get<std::string>();
+    if (s.empty() || s.find('/') != std::string::npos || s.find('\\') != std::string::npos ||
+        s.find("..") != std::string::npos)
+      fail(file, "shard name '" + s + "' leaves the checkpoint directory");
+    out.emplace(it.key(), std::move(s));
+  }
+  return out;
+}
+
 Checkpoint Checkpoint::open(const std::string& dir) {
   namespace fs = std::filesystem;
   Checkpoint c;
@@ -203,26 +259,13 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> shard_names;
-  nlohmann::json weight_map;
+  std::map<std::string, std::string> weight_map;
   if (fs::exists(index)) {
     std::ifstream in(index);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail(index.string(), std::string("not valid JSON: ") + e.what());
-    }
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      fail(index.string(), "no weight_map object");
-    weight_map = j["weight_map"];
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    weight_map = parse_checkpoint_index(text, index.string());
     std::set<std::string> shards;
-    for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
-      if (!it.value().is_string()) fail(index.string(), "weight_map entry '" + it.key() + "' is not a file name");
-      const std::string s = it.value().get<std::string>();
-      if (s.find('/') != std::string::npos || s.find("..") != std::string::npos)
-        fail(index.string(), "shard name '" + s + "' leaves the checkpoint directory");
-      shards.insert(s);
-    }
+    for (const auto& [tensor, shard] : weight_map) shards.insert(shard);
     shard_names.assign(shards.begin(), shards.end());
   } else if (fs::exists(single)) {
     shard_names.push_back("model.safetensors");
@@ -237,16 +280,18 @@ Checkpoint Checkpoint::open(const std::string& dir) {
         fail(dir, "tensor '" + h.tensors[t].name + "' appears in two shards");
     }
   }
-  for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
-    auto w = c.where_.find(it.key());
-    if (w == c.where_.end()) fail(index.string(), "tensor '" + it.key() + "' is listed but missing from its shard");
-    if (c.files_[w->second.first]->path() != (fs::path(dir) / it.value().get<std::string>()).string())
-      fail(index.string(), "tensor '" + it.key() + "' is not in the shard the index names");
+  for (const auto& [tensor, shard] : weight_map) {
+    auto w = c.where_.find(tensor);
+    if (w == c.where_.end()) fail(index.string(), "tensor '" + tensor + "' is listed but missing from its shard");
+    if (c.files_[w->second.first]->path() != (fs::path(dir) / shard).string())
+      fail(index.string(), "tensor '" + tensor + "' is not in the shard the index names");
   }
   return c;
 }
 
-bool Checkpoint::has(std::string_view name) const { return where_.find(name) != where_.end(); }
+bool Checkpoint::has(std::string_view name) const {
+  return where_.find(name) != where_.end();
+}
 
 const TensorInfo& Checkpoint::tensor(std::string_view name) const {
   auto it = where_.find(name);
@@ -279,7 +324,9 @@ std::vector<float> Checkpoint::load_f32(std::string_view name, std::span<const i
   std::vector<float> out(t.numel());
   for (size_t i = 0; i < out.size(); ++i) {
     switch (t.dtype) {
-      case DType::kF32: std::memcpy(&out[i], bytes.data() + 4 * i, 4); break;
+      case DType::kF32:
+        std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+        break;
       case DType::kBF16: {
         uint16_t b;
         std::memcpy(&b, bytes.data() + 2 * i, 2);
@@ -292,7 +339,8 @@ std::vector<float> Checkpoint::load_f32(std::string_view name, std::span<const i
         out[i] = codec::half_to_float(b);
         break;
       }
-      default: fail(dir_, "tensor '" + t.name + "' has dtype " + to_string(t.dtype) + " (supported: BF16, F16, F32)");
+      default:
+        fail(dir_, "tensor '" + t.name + "' has dtype " + to_string(t.dtype) + " (supported: BF16, F16, F32)");
     }
   }
   return out;

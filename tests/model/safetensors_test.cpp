@@ -110,14 +110,16 @@ TEST(Safetensors, FuzzedHeadersNeverCrash) {
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("minimakv-test-" + std::to_string(testing::test_seed()) + "-" +
-                                                  std::to_string(counter_++))) {
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("minimakv-test-" + std::to_string(testing::test_seed()) + "-" + std::to_string(counter_++))) {
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
   std::string str() const { return path_.string(); }
   void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    std::ofstream(path_ / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path_ / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }
   void write(const std::string& name, const std::string& text) const { std::ofstream(path_ / name) << text; }
 
@@ -218,10 +220,35 @@ TEST(Config, LlamaWithRopeScalingAndDefaults) {
   EXPECT_THROW(parse_config("{", "c.json"), ConfigError);
   try {
     parse_config(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
-      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 2})", "c.json");
+      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 2})",
+                 "c.json");
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of num_key_value_heads"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace minimakv::model
+
+namespace minimakv::model {
+namespace {
+
+TEST(CheckpointIndex, ParsesTheWeightMapAndRejectsEscapesAndMalformedText) {
+  const auto m = parse_checkpoint_index(
+      R"({"metadata": {"total_size": 8}, "weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})", "index.json");
+  EXPECT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.at("b"), "s2.safetensors");
+  for (const char* bad :
+       {R"({"weight_map": {"a": "../x.safetensors"}})", R"({"weight_map": {"a": "dir/x.safetensors"}})",
+        R"({"weight_map": {"a": ""}})", R"({"weight_map": {"a": 3}})", R"({"weight_map": []})", R"([1, 2])",
+        R"({"weight_map": {"a": "x")", ""}) {
+    try {
+      parse_checkpoint_index(bad, "index.json");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("index.json"), std::string::npos) << "the error names the file";
+    }
   }
 }
 

@@ -26,7 +26,23 @@ struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class DType : uint8_t { kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64, kF8E4M3, kF8E5M2 };
+enum class DType : uint8_t {
+  kBool,
+  kU8,
+  kI8,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+  kF8E4M3,
+  kF8E5M2
+};
 size_t dtype_size(DType t);
 const char* to_string(DType t);
 
@@ -46,6 +62,11 @@ struct SafetensorsHeader {
 
 // Validates a whole file image (header and sizes). `file` names the file in error messages.
 SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::string& file);
+
+// Validates model.safetensors.index.json text: a JSON object whose weight_map maps tensor names to shard
+// file names inside the checkpoint directory. Returns tensor -> shard; throws CheckpointError naming
+// `file` and the fault.
+std::map<std::string, std::string> parse_checkpoint_index(std::string_view text, const std::string& file);
 
 class MappedFile;
 
