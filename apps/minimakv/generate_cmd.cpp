@@ -8,19 +8,69 @@
 
 namespace minimakv::app {
 
+namespace {
+
+// --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
+int run_batch(const engine::Model& model, const std::vector<int32_t>& first, const GenerateCmdOptions& opt,
+              attention::ThreadPool& pool) {
+  std::vector<std::vector<int32_t>> prompts{first};
+  for (const auto& p : opt.batch_prompts) prompts.push_back(model.tokenizer().encode(p));
+  for (const auto& p : prompts)
+    if (p.empty() || p.size() + static_cast<size_t>(opt.gen.max_new_tokens) >
+                         static_cast<size_t>(model.config().max_position_embeddings))
+      throw std::invalid_argument(
+          "generate: every prompt must be non-empty and fit the model's context with the new tokens");
+  const auto rs = engine::generate_batch(model, prompts, opt.gen, &pool);
+  size_t generated = 0;
+  for (const auto& r : rs) generated += r.tokens.size();
+  const auto& a = rs[0].accounting;
+  if (opt.json) {
+    nlohmann::json j;
+    j["kv"] = opt.kv;
+    for (size_t i = 0; i < rs.size(); ++i)
+      j["results"].push_back({{"prompt_tokens", prompts[i].size()},
+                              {"tokens", rs[i].tokens},
+                              {"text", model.tokenizer().decode(rs[i].tokens)},
+                              {"prefill_s", rs[i].prefill_seconds}});
+    j["decode_s"] = rs[0].decode_seconds;
+    j["decode_tokens_per_s"] = static_cast<double>(generated) / rs[0].decode_seconds;
+    j["kv_bytes_per_token"] = a.bytes_per_live_token();
+    j["reconciled"] = a.reconciled;
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  }
+  for (size_t i = 0; i < rs.size(); ++i)
+    fmt::print("[{}] {} prompt tokens ->{}\n", i, prompts[i].size(), model.tokenizer().decode(rs[i].tokens));
+  fmt::print(
+      "\nbatched decode of {} sequences: {} tokens in {:.2f} s ({:.1f} tok/s); KV bytes: recent {} anchor {} stale {}, "
+      "reconciled: {}\n",
+      rs.size(), generated, rs[0].decode_seconds, static_cast<double>(generated) / rs[0].decode_seconds,
+      a.tier_bytes[0], a.tier_bytes[1], a.tier_bytes[2], a.reconciled ? "yes" : "NO");
+  return 0;
+}
+
+}  // namespace
+
 int run_generate(GenerateCmdOptions opt) {
-  if (opt.device != "cpu") throw std::invalid_argument("generate: device '" + opt.device + "' is not available (cpu only so far)");
-  if (opt.kv == "bf16") opt.gen.mode = cache::KvMode::kBf16;
-  else if (opt.kv == "fp8") opt.gen.mode = cache::KvMode::kFp8;
-  else if (opt.kv == "minima") opt.gen.mode = cache::KvMode::kMinima;
-  else throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
+  if (opt.device != "cpu")
+    throw std::invalid_argument("generate: device '" + opt.device + "' is not available (cpu only so far)");
+  if (opt.kv == "bf16")
+    opt.gen.mode = cache::KvMode::kBf16;
+  else if (opt.kv == "fp8")
+    opt.gen.mode = cache::KvMode::kFp8;
+  else if (opt.kv == "minima")
+    opt.gen.mode = cache::KvMode::kMinima;
+  else
+    throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
   const auto model = engine::Model::load(opt.model);
   const auto ids = model->tokenizer().encode(opt.prompt);
-  if (ids.size() + static_cast<size_t>(opt.gen.max_new_tokens) > static_cast<size_t>(model->config().max_position_embeddings))
+  if (ids.size() + static_cast<size_t>(opt.gen.max_new_tokens) >
+      static_cast<size_t>(model->config().max_position_embeddings))
     throw std::invalid_argument("generate: prompt of " + std::to_string(ids.size()) + " tokens plus " +
                                 std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
                                 std::to_string(model->config().max_position_embeddings));
   attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
+  if (!opt.batch_prompts.empty()) return run_batch(*model, ids, opt, pool);
   if (!opt.json) {
     fmt::print(stderr, "prompt: {} tokens, kv {}\n", ids.size(), opt.kv);
     opt.gen.on_prefill_progress = [](size_t done, size_t total) {
@@ -58,11 +108,12 @@ int run_generate(GenerateCmdOptions opt) {
     }
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
-    fmt::print("\n\nprompt {:.1f} tok/s, decode {:.1f} tok/s; KV bytes: recent {} anchor {} stale {}, "
-               "{:.1f} bytes per live token (block tables included), reconciled: {}\n",
-               static_cast<double>(ids.size()) / r.prefill_seconds,
-               r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0, a.tier_bytes[0],
-               a.tier_bytes[1], a.tier_bytes[2], a.bytes_per_live_token(), a.reconciled ? "yes" : "NO");
+    fmt::print(
+        "\n\nprompt {:.1f} tok/s, decode {:.1f} tok/s; KV bytes: recent {} anchor {} stale {}, "
+        "{:.1f} bytes per live token (block tables included), reconciled: {}\n",
+        static_cast<double>(ids.size()) / r.prefill_seconds,
+        r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0, a.tier_bytes[0],
+        a.tier_bytes[1], a.tier_bytes[2], a.bytes_per_live_token(), a.reconciled ? "yes" : "NO");
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "minimakv/engine/generate.h"
 
@@ -10,6 +11,7 @@ namespace minimakv::app {
 struct GenerateCmdOptions {
   std::string model = "models/minima-qwen3-23m";
   std::string prompt;
+  std::vector<std::string> batch_prompts;  // further prompts: all are decoded together (batched decode)
   std::string kv = "minima";
   std::string device = "cpu";
   bool json = false;

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode");
   gen->add_option("--model", go.model, "model directory (config.json, tokenizer.json, safetensors)");
   gen->add_option("--prompt", go.prompt, "prompt text")->required();
+  gen->add_option("--also", go.batch_prompts, "further prompts, decoded together with the first (batched decode)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")
       ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
   gen->add_option("--device", go.device, "cpu");

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
-#include <set>
 #include <unordered_set>
 
 namespace minimakv::cache {
@@ -14,7 +14,9 @@ namespace minimakv::cache {
 namespace {
 constexpr int kFp8Slot = 0;
 constexpr int kStaleSlot = 1;
-int variant_slot(Tier kind) { return kind == Tier::kStale ? kStaleSlot : kFp8Slot; }
+int variant_slot(Tier kind) {
+  return kind == Tier::kStale ? kStaleSlot : kFp8Slot;
+}
 // Host bytes of one block-table row besides its entries (tier, fill, flags, hash, variant link).
 constexpr size_t kRowHeaderBytes = 24;
 }  // namespace
@@ -41,7 +43,11 @@ double Accounting::bytes_per_live_token() const {
 // ------------------------------------------------------------------ PinnedSequence
 
 PinnedSequence::PinnedSequence(PinnedSequence&& o) noexcept
-    : store_(o.store_), pin_id_(o.pin_id_), length_(o.length_), last_fill_(o.last_fill_), rows_(std::move(o.rows_)),
+    : store_(o.store_),
+      pin_id_(o.pin_id_),
+      length_(o.length_),
+      last_fill_(o.last_fill_),
+      rows_(std::move(o.rows_)),
       views_(std::move(o.views_)) {
   o.pin_id_ = 0;
 }
@@ -50,7 +56,9 @@ PinnedSequence::~PinnedSequence() {
   if (pin_id_ != 0) store_->unpin(pin_id_);
 }
 
-std::span<const uint8_t> PinnedSequence::bytes(PageEntry e) const { return store_->page_bytes(e); }
+std::span<const uint8_t> PinnedSequence::bytes(PageEntry e) const {
+  return store_->page_bytes(e);
+}
 
 // ------------------------------------------------------------------ construction
 
@@ -66,7 +74,8 @@ KvStore::KvStore(StoreConfig cfg) : cfg_(std::move(cfg)) {
   }
   protected_.assign(cfg_.layers, false);
   for (int l : cfg_.protected_layers) {
-    if (l < 0 || l >= cfg_.layers) throw InvalidArgument("StoreConfig: protected layer " + std::to_string(l) + " out of range");
+    if (l < 0 || l >= cfg_.layers)
+      throw InvalidArgument("StoreConfig: protected layer " + std::to_string(l) + " out of range");
     protected_[l] = true;
   }
   rotations_.resize(cfg_.layers);
@@ -99,8 +108,11 @@ const KvStore::Sequence& KvStore::live_seq(SeqId seq, const char* where) const {
 }
 
 uint64_t KvStore::page_hash(uint64_t parent, std::span<const int32_t> tokens) const {
-  const uint64_t keys[6] = {parent, cfg_.model_key, static_cast<uint64_t>(cfg_.mode),
-                            static_cast<uint64_t>(cfg_.tokens_per_page), static_cast<uint64_t>(cfg_.head_dim),
+  const uint64_t keys[6] = {parent,
+                            cfg_.model_key,
+                            static_cast<uint64_t>(cfg_.mode),
+                            static_cast<uint64_t>(cfg_.tokens_per_page),
+                            static_cast<uint64_t>(cfg_.head_dim),
                             cfg_.rotation_seed};
   // Chain: the parent hash and the extra keys seed the hash of this page's token ids.
   const uint64_t h = XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), XXH3_64bits(keys, sizeof keys));
@@ -144,8 +156,10 @@ void KvStore::lru_push(int32_t v) {
   Variant& x = variants_[v];
   x.prev = lru_tail_;
   x.next = -1;
-  if (lru_tail_ >= 0) variants_[lru_tail_].next = v;
-  else lru_head_ = v;
+  if (lru_tail_ >= 0)
+    variants_[lru_tail_].next = v;
+  else
+    lru_head_ = v;
   lru_tail_ = v;
   x.in_lru = true;
 }
@@ -153,10 +167,14 @@ void KvStore::lru_push(int32_t v) {
 void KvStore::lru_remove(int32_t v) {
   Variant& x = variants_[v];
   if (!x.in_lru) return;
-  if (x.prev >= 0) variants_[x.prev].next = x.next;
-  else lru_head_ = x.next;
-  if (x.next >= 0) variants_[x.next].prev = x.prev;
-  else lru_tail_ = x.prev;
+  if (x.prev >= 0)
+    variants_[x.prev].next = x.next;
+  else
+    lru_head_ = x.next;
+  if (x.next >= 0)
+    variants_[x.next].prev = x.prev;
+  else
+    lru_tail_ = x.prev;
   x.prev = x.next = -1;
   x.in_lru = false;
 }
@@ -321,32 +339,49 @@ std::pair<SeqId, size_t> KvStore::create_sequence_with_prefix(std::span<const in
 }
 
 void KvStore::begin_append(SeqId seq, std::span<const int32_t> ids) {
+  const AppendChunk one{seq, ids};
+  begin_append_batch(std::span<const AppendChunk>(&one, 1));
+}
+
+void KvStore::begin_append_batch(std::span<const AppendChunk> chunks) {
   std::lock_guard lock(mu_);
-  Sequence& s = live_seq(seq, "begin_append");
-  if (s.pending) throw InvalidArgument("begin_append: sequence " + std::to_string(seq) + " has an append in progress");
-  const size_t n = ids.size();
-  if (n == 0) return;
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
-  const size_t space = (!s.rows.empty() && s.rows.back().filled < B) ? B - s.rows.back().filled : 0;
-  const size_t new_rows = n > space ? (n - space + B - 1) / B : 0;
+  size_t new_rows = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Sequence& s = live_seq(chunks[i].seq, "begin_append");
+    if (s.pending)
+      throw InvalidArgument("begin_append: sequence " + std::to_string(chunks[i].seq) + " has an append in progress");
+    for (size_t j = 0; j < i; ++j)
+      if (chunks[j].seq == chunks[i].seq)
+        throw InvalidArgument("begin_append: sequence " + std::to_string(chunks[i].seq) +
+                              " appears twice in one batch");
+    const size_t n = chunks[i].ids.size();
+    const size_t space = (!s.rows.empty() && s.rows.back().filled < B) ? B - s.rows.back().filled : 0;
+    new_rows += n > space ? (n - space + B - 1) / B : 0;
+  }
   const PageFormat f = append_format();
-  reserve_free(f, new_rows * static_cast<size_t>(cfg_.layers));  // throws before any change
-  s.pending_first = s.tokens.size();
-  s.pending = n;
-  s.written.assign(cfg_.layers, false);
-  for (size_t t = 0; t < n; ++t) {
-    if (s.rows.empty() || s.rows.back().filled == B) {
-      Row r;
-      r.layers.reserve(cfg_.layers);
-      for (int l = 0; l < cfg_.layers; ++l) {
-        const PageId id = pool_mut(f).allocate(static_cast<uint16_t>(l));
-        pool_mut(f).add_ref(id, RefKind::kRequest);
-        r.layers.push_back({f, id});
+  reserve_free(f, new_rows * static_cast<size_t>(cfg_.layers));  // throws before any change, for the whole batch
+  for (const auto& c : chunks) {
+    Sequence& s = live_seq(c.seq, "begin_append");
+    const size_t n = c.ids.size();
+    if (n == 0) continue;
+    s.pending_first = s.tokens.size();
+    s.pending = n;
+    s.written.assign(cfg_.layers, false);
+    for (size_t t = 0; t < n; ++t) {
+      if (s.rows.empty() || s.rows.back().filled == B) {
+        Row r;
+        r.layers.reserve(cfg_.layers);
+        for (int l = 0; l < cfg_.layers; ++l) {
+          const PageId id = pool_mut(f).allocate(static_cast<uint16_t>(l));
+          pool_mut(f).add_ref(id, RefKind::kRequest);
+          r.layers.push_back({f, id});
+        }
+        s.rows.push_back(std::move(r));
       }
-      s.rows.push_back(std::move(r));
+      ++s.rows.back().filled;
+      s.tokens.push_back(c.ids[t]);
     }
-    ++s.rows.back().filled;
-    s.tokens.push_back(ids[t]);
   }
   ++ops_;
   debug_check();
@@ -356,7 +391,8 @@ void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::s
   std::lock_guard lock(mu_);
   Sequence& s = live_seq(seq, "write_layer");
   if (!s.pending) throw InvalidArgument("write_layer: no append in progress on sequence " + std::to_string(seq));
-  if (layer < 0 || layer >= cfg_.layers) throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " out of range");
+  if (layer < 0 || layer >= cfg_.layers)
+    throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " out of range");
   if (s.written[layer]) throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " already written");
   const size_t head_floats = static_cast<size_t>(cfg_.kv_heads) * cfg_.head_dim;
   if (k.size() != s.pending * head_floats || v.size() != k.size()) {
@@ -395,7 +431,8 @@ void KvStore::append(SeqId seq, std::span<const int32_t> ids, std::span<const fl
   const size_t row_floats = static_cast<size_t>(cfg_.layers) * head_floats;
   if (k.size() != n * row_floats || v.size() != n * row_floats) {
     throw InvalidArgument("append: " + std::to_string(n) + " tokens need " + std::to_string(n * row_floats) +
-                          " floats of K and of V, got " + std::to_string(k.size()) + " and " + std::to_string(v.size()));
+                          " floats of K and of V, got " + std::to_string(k.size()) + " and " +
+                          std::to_string(v.size()));
   }
   begin_append(seq, ids);
   if (n == 0) return;
@@ -403,8 +440,10 @@ void KvStore::append(SeqId seq, std::span<const int32_t> ids, std::span<const fl
   for (int l = 0; l < cfg_.layers; ++l) {
     for (size_t t = 0; t < n; ++t) {
       const size_t off = (t * cfg_.layers + l) * head_floats;
-      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(off), head_floats, kl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
-      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(off), head_floats, vl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
+      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(off), head_floats,
+                  kl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(off), head_floats,
+                  vl.begin() + static_cast<std::ptrdiff_t>(t * head_floats));
     }
     write_layer(seq, l, kl, vl);
   }
@@ -483,7 +522,8 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
     for (const Transition& t : plan) {
       Sequence& s = live_seq(t.seq, "apply");
       if (t.page >= s.rows.size()) {
-        throw InvalidArgument("apply: sequence " + std::to_string(t.seq) + " has no logical page " + std::to_string(t.page));
+        throw InvalidArgument("apply: sequence " + std::to_string(t.seq) + " has no logical page " +
+                              std::to_string(t.page));
       }
       if (!seen.insert({t.seq, t.page}).second) throw InvalidArgument("apply: a page appears twice in the plan");
       const Row& r = s.rows[t.page];
@@ -756,8 +796,10 @@ Accounting KvStore::accounting_locked() const {
     for (PageId id = 1; id <= p.capacity(); ++id) {
       const PageMeta& m = p.meta(id);
       if (!m.in_use || m.refs[0]) continue;
-      if (m.refs[1] && !m.refs[2] && !m.refs[3]) ++fa.cache_only_pages;
-      else ++fa.transient_pages;
+      if (m.refs[1] && !m.refs[2] && !m.refs[3])
+        ++fa.cache_only_pages;
+      else
+        ++fa.transient_pages;
     }
     ok &= fa.request_pages + fa.cache_only_pages + fa.transient_pages == fa.used_pages;
   }
@@ -843,7 +885,8 @@ void KvStore::check_invariants_locked() const {
       std::array<uint32_t, kNumRefKinds> want{};
       if (it != expect[f].end()) want = it->second;
       if (conversions_in_flight_ == 0) {
-        if (m.refs != want) fail(std::string(codec::to_string(p.format())) + " page " + std::to_string(id) + " refcounts");
+        if (m.refs != want)
+          fail(std::string(codec::to_string(p.format())) + " page " + std::to_string(id) + " refcounts");
       } else if (m.refs[0] != want[0] || m.refs[1] != want[1] || m.refs[2] != want[2]) {
         fail("refcounts during conversion");
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 namespace minimakv::engine {
 
@@ -95,6 +96,84 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
   GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, pool, on_token);
   store.finish(seq);
   return r;
+}
+
+std::vector<GenerateResult> generate_batch(const Model& model, std::span<const std::vector<int32_t>> prompts,
+                                           const GenerateOptions& opt, attention::ThreadPool* pool,
+                                           const std::function<void(size_t, int32_t)>& on_token) {
+  if (prompts.empty()) throw std::invalid_argument("generate_batch: no prompts");
+  size_t total = 0;
+  for (const auto& p : prompts) {
+    if (p.empty()) throw std::invalid_argument("generate_batch: empty prompt");
+    // each sequence may leave its last page partly filled
+    total += p.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens)) + static_cast<size_t>(opt.tokens_per_page);
+  }
+  auto sc = model.store_config(opt.mode, opt.tokens_per_page, total);
+  sc.protected_layers = opt.protected_layers;
+  cache::KvStore store(sc);
+  policy::TierController ctl(opt.controller);
+  std::vector<cache::SeqId> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(store.create_sequence());
+  const bool minima = opt.mode == cache::KvMode::kMinima, scoring = minima && opt.controller.scoring;
+  auto checkpoint = [&] {
+    if (minima) ctl.checkpoint(store, seqs);
+  };
+  std::vector<int32_t> stops = opt.stop_ids;
+  if (stops.empty())
+    for (int64_t e : model.config().eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+  const size_t V = model.config().vocab_size;
+  std::vector<GenerateResult> res(prompts.size());
+  std::vector<std::vector<float>> logits(prompts.size());
+  std::vector<float> scores;
+  const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::span<const int32_t> p(prompts[i]);
+    for (size_t o = 0; o < p.size(); o += chunk) {
+      logits[i] = model.forward(store, seqs[i], p.subspan(o, std::min(chunk, p.size() - o)), pool, false,
+                                scoring ? &scores : nullptr);
+      if (scoring) ctl.observe(seqs[i], scores);
+      checkpoint();
+    }
+    res[i].prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<uint64_t> rng(prompts.size(), opt.seed);
+  for (size_t i = 0; i < rng.size(); ++i) rng[i] = opt.seed + 0x9e3779b97f4a7c15ull * i;  // one stream per prompt
+  std::vector<size_t> live(prompts.size());
+  for (size_t i = 0; i < live.size(); ++i) live[i] = i;
+  std::vector<int32_t> next(prompts.size());
+  for (int step = 0; step < opt.max_new_tokens && !live.empty(); ++step) {
+    std::vector<size_t> still;
+    for (size_t i : live) {
+      const int32_t t = sample_token(logits[i], opt.temperature, opt.top_p, rng[i]);
+      if (std::find(stops.begin(), stops.end(), t) != stops.end()) continue;
+      res[i].tokens.push_back(t);
+      if (on_token) on_token(i, t);
+      next[i] = t;
+      if (step + 1 < opt.max_new_tokens) still.push_back(i);
+    }
+    live = std::move(still);
+    if (live.empty()) break;
+    std::vector<Model::SeqChunk> batch;
+    for (size_t i : live) batch.push_back({seqs[i], std::span<const int32_t>(&next[i], 1)});
+    std::vector<std::vector<float>> batch_scores;
+    const auto out = model.forward_batch(store, batch, pool, false, scoring ? &batch_scores : nullptr);
+    for (size_t j = 0; j < live.size(); ++j) {
+      logits[live[j]].assign(out.begin() + static_cast<std::ptrdiff_t>(j * V),
+                             out.begin() + static_cast<std::ptrdiff_t>((j + 1) * V));
+      if (scoring) ctl.observe(seqs[live[j]], batch_scores[j]);
+    }
+    if (opt.checkpoint_interval > 0 && (step + 1) % opt.checkpoint_interval == 0) checkpoint();
+  }
+  const double decode = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  const auto acct = store.accounting();
+  for (auto& r : res) {
+    r.decode_seconds = decode;
+    r.accounting = acct;
+  }
+  for (auto s : seqs) store.finish(s);
+  return res;
 }
 
 Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)

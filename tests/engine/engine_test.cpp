@@ -16,9 +16,11 @@ const std::string kDir = std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen
 
 std::string needle_prompt(const std::string& value) {
   std::string hay;
-  for (int i = 0; i < 14; ++i) hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
+  for (int i = 0; i < 14; ++i)
+    hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
   return "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
-         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " + value + ".\n" + hay +
+         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " +
+         value + ".\n" + hay +
          "What is the special magic number for vivid-lantern mentioned in the provided text? The special magic "
          "number for vivid-lantern mentioned in the provided text is";
 }
@@ -73,6 +75,60 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
       EXPECT_EQ(again.tokens, first);  // deterministic
     }
   }
+}
+
+TEST(Engine, BatchedDecodeMatchesOneSequenceAtATime) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model& m = shipped();
+  attention::ThreadPool pool(2);
+  // Three requests of different lengths (haystacks cut short to keep the sanitizer builds quick).
+  std::vector<std::string> values;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    values.push_back(std::to_string(1000000 + rng() % 9000000));
+    auto ids = m.tokenizer().encode(needle_prompt(values.back()));
+    ids.erase(ids.begin() + 60, ids.begin() + 200 + 40 * i);
+    prompts.push_back(std::move(ids));
+  }
+  for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    const GenerateOptions o = needle_options(mode);
+    const auto batch = generate_batch(m, prompts, o, &pool);
+    ASSERT_EQ(batch.size(), 3u);
+    EXPECT_TRUE(batch[0].accounting.reconciled);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto single = generate(m, prompts[i], o, &pool);
+      EXPECT_EQ(batch[i].tokens, single.tokens) << cache::to_string(mode) << " prompt " << i;
+      EXPECT_NE(m.tokenizer().decode(batch[i].tokens).find(values[i]), std::string::npos) << "prompt " << i;
+    }
+  }
+  // One pass over two sequences gives each the logits it gets alone: rows are independent, up to fp32
+  // reassociation in GEMMs of a different height (the same scale as our parity with transformers, 1e-3;
+  // a row mix-up would be O(1)).
+  auto sc = m.store_config(cache::KvMode::kFp8, 32, 1024);
+  cache::KvStore a(sc), b(sc);
+  const auto sa = a.create_sequence(), sb = a.create_sequence(), s1 = b.create_sequence(), s2 = b.create_sequence();
+  const std::span<const int32_t> p0(prompts[0]), p2(prompts[2]);
+  const std::vector<Model::SeqChunk> both{{sa, p0}, {sb, p2}};
+  const auto joint = m.forward_batch(a, both, &pool);
+  const auto alone0 = m.forward(b, s1, p0, &pool), alone2 = m.forward(b, s2, p2, &pool);
+  const size_t V = m.config().vocab_size;
+  double num = 0, den = 0;
+  for (size_t k = 0; k < V; ++k) {
+    num += std::pow(joint[k] - alone0[k], 2) + std::pow(joint[V + k] - alone2[k], 2);
+    den += std::pow(alone0[k], 2) + std::pow(alone2[k], 2);
+  }
+  EXPECT_LT(std::sqrt(num / den), 2e-3);
+  // A batch the store cannot hold changes nothing.
+  auto tiny = m.store_config(cache::KvMode::kFp8, 32, 64);
+  cache::KvStore t(tiny);
+  const auto t1 = t.create_sequence(), t2 = t.create_sequence();
+  const std::vector<Model::SeqChunk> too_big{{t1, p0.first(40)}, {t2, p0}};
+  EXPECT_THROW(m.forward_batch(t, too_big, &pool), std::exception);
+  EXPECT_EQ(t.length(t1), 0u);
+  EXPECT_EQ(t.length(t2), 0u);
+  const std::vector<Model::SeqChunk> twice{{sa, p0.first(1)}, {sa, p0.first(1)}};
+  EXPECT_THROW(m.forward_batch(a, twice, &pool), std::exception);
 }
 
 TEST(Engine, PrefixReuseWarmEqualsCold) {

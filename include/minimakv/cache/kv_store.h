@@ -89,10 +89,10 @@ struct Accounting {
   size_t live_tokens = 0;
   size_t live_sequences = 0;
   size_t cached_variants = 0;
-  size_t request_bytes() const;                // sum of tier_bytes
-  size_t used_bytes() const;                   // every in-use page of every pool
-  double bytes_per_live_token() const;         // (request bytes + block tables) / live tokens
-  bool reconciled = false;                     // tiers + cache-only + transient == used, in every pool
+  size_t request_bytes() const;         // sum of tier_bytes
+  size_t used_bytes() const;            // every in-use page of every pool
+  double bytes_per_live_token() const;  // (request bytes + block tables) / live tokens
+  bool reconciled = false;              // tiers + cache-only + transient == used, in every pool
 };
 
 struct CompactLayerView {
@@ -156,6 +156,13 @@ class KvStore {
   // commit_append seals the pages that became full once every layer is written. A layer's attention
   // must only run after that layer's write_layer.
   void begin_append(SeqId seq, std::span<const int32_t> ids);
+  // begin_append of several distinct sequences at once (batched decode): capacity for all of them is
+  // checked first, so on failure no sequence changes.
+  struct AppendChunk {
+    SeqId seq;
+    std::span<const int32_t> ids;
+  };
+  void begin_append_batch(std::span<const AppendChunk> chunks);
   void write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v);
   void commit_append(SeqId seq);
   SeqId fork(SeqId parent);
@@ -180,8 +187,8 @@ class KvStore {
   PinnedSequence pin(SeqId seq) const;
 
   // ---- prefix cache
-  size_t evict_cached(size_t max_variants);  // oldest first, only variants no sequence holds
-  void set_cache_quota(PageFormat f, size_t layer_pages);  // evicts to fit
+  size_t evict_cached(size_t max_variants);                     // oldest first, only variants no sequence holds
+  void set_cache_quota(PageFormat f, size_t layer_pages);       // evicts to fit
   std::vector<std::pair<uint64_t, Tier>> lru_snapshot() const;  // oldest first
 
   // ---- introspection
@@ -209,9 +216,9 @@ class KvStore {
     std::vector<Row> rows;
     std::vector<int32_t> tokens;
     bool live = true;
-    size_t pending = 0;        // tokens of an append in progress
-    size_t pending_first = 0;  // their first position
-    std::vector<bool> written; // layers written so far
+    size_t pending = 0;         // tokens of an append in progress
+    size_t pending_first = 0;   // their first position
+    std::vector<bool> written;  // layers written so far
   };
   struct Variant {  // one cached copy of a sealed logical page: FP8 (kind Recent) or Stale
     uint64_t hash = 0;
@@ -260,7 +267,7 @@ class KvStore {
   std::vector<Variant> variants_;
   std::vector<int32_t> free_variants_;
   std::unordered_map<uint64_t, std::array<int32_t, 2>> by_hash_;  // [FP8/BF16 copy, Stale copy]
-  int32_t lru_head_ = -1, lru_tail_ = -1;  // head = oldest
+  int32_t lru_head_ = -1, lru_tail_ = -1;                         // head = oldest
   std::array<size_t, codec::kNumPageFormats> cached_pages_{};
   // reader pins: id -> pinned layer-pages (mutable: pinning is logically const)
   mutable std::unordered_map<uint64_t, std::vector<PageEntry>> pins_;

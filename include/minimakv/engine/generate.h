@@ -43,6 +43,15 @@ struct GenerateResult {
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         attention::ThreadPool* pool = nullptr, const std::function<void(int32_t)>& on_token = {});
 
+// Several prompts in one store: each prompt is prefilled in chunks (with checkpoints, as generate()
+// does), then every unfinished sequence advances together, one batched forward pass per step
+// (Model::forward_batch), each stopping at its own stop token or budget. on_token gets (prompt index,
+// token). decode_seconds of every result is the wall time of the shared decode loop; accounting is the
+// shared store's at the end.
+std::vector<GenerateResult> generate_batch(const Model& model, std::span<const std::vector<int32_t>> prompts,
+                                           const GenerateOptions& opt, attention::ThreadPool* pool = nullptr,
+                                           const std::function<void(size_t, int32_t)>& on_token = {});
+
 // Requests that share one KV store, so a later prompt reuses the cached full pages of an earlier one
 // (prefix caching). The last prompt token is always recomputed, since its logits start decoding. A hit
 // installs the FP8 copy of a page when the cache still holds it, else its Stale (TQ3) copy.

@@ -37,6 +37,19 @@ class Model {
                              attention::ThreadPool* pool = nullptr, bool all_logits = false,
                              std::vector<float>* page_scores = nullptr) const;
 
+  // Several sequences in one pass (batched decode, or prefill chunks of different requests): the
+  // projections and the MLP of all chunks' tokens are one GEMM each; RoPE, the K/V write and attention
+  // run per sequence at its own positions. Capacity for every chunk is checked before the store
+  // changes. Returns the logits of each chunk's last token ([chunks][vocab]), or of every token when
+  // all_logits ([total tokens][vocab], chunks in order).
+  struct SeqChunk {
+    cache::SeqId seq;
+    std::span<const int32_t> ids;
+  };
+  std::vector<float> forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
+                                   attention::ThreadPool* pool = nullptr, bool all_logits = false,
+                                   std::vector<std::vector<float>>* page_scores = nullptr) const;
+
  private:
   struct Layer {
     std::vector<float> wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
