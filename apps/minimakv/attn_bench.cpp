@@ -42,10 +42,11 @@ int run_attn_bench(const AttnBenchOptions& opt) {
   attention::ThreadPool pool(all);
   nlohmann::json out = nlohmann::json::array();
   if (!opt.json)
-    fmt::print("minimakv attn-bench  seed={}  page={} tokens  reps={}  threads: 1 and {}  (decode, one layer)\n"
-               "{:>7} {:>10} {:<7} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
-               opt.seed, opt.page_size, opt.reps, all, "context", "shape", "arm", "thr", "median us", "min us",
-               "max us", "GB/s", "rel err");
+    fmt::print(
+        "minimakv attn-bench  seed={}  page={} tokens  reps={}  threads: 1 and {}  (decode, one layer)\n"
+        "{:>7} {:>10} {:<7} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
+        opt.seed, opt.page_size, opt.reps, all, "context", "shape", "arm", "thr", "median us", "min us", "max us",
+        "GB/s", "rel err");
   for (const Shape sh : {Shape{128, 32, 8}, Shape{256, 24, 4}}) {
     const int d = sh.d, kv = sh.kv_heads, B = opt.page_size;
     std::vector<codec::Rotation> rots;
@@ -64,7 +65,8 @@ int run_attn_bench(const AttnBenchOptions& opt) {
       // Which pages are FP8 in the mixed arm: an evenly spread ~fp8_fraction, the last page always.
       std::vector<bool> mixed_fp8(pages);
       for (int p = 0; p < pages; ++p)
-        mixed_fp8[p] = p == pages - 1 || static_cast<int>((p + 1) * opt.fp8_fraction) != static_cast<int>(p * opt.fp8_fraction);
+        mixed_fp8[p] =
+            p == pages - 1 || static_cast<int>((p + 1) * opt.fp8_fraction) != static_cast<int>(p * opt.fp8_fraction);
       Arm arms[3] = {{"bf16", {}, {}, 0}, {"fp8", {}, {}, 0}, {"mixed", {}, {}, 0}};
       for (Arm& a : arms) {
         a.in.q_heads = sh.q_heads;
@@ -105,8 +107,7 @@ int run_attn_bench(const AttnBenchOptions& opt) {
       }
       const attention::QueryBlock qb{q, 1, static_cast<uint32_t>(ctx - 1)};
       std::vector<double> ref;
-      if (ctx <= opt.error_max_context)
-        ref = attention::attend_dense_reference(K, V, ctx, kv, sh.q_heads, d, qb);
+      if (ctx <= opt.error_max_context) ref = attention::attend_dense_reference(K, V, ctx, kv, sh.q_heads, d, qb);
       for (Arm& a : arms) {
         std::vector<float> o(q.size());
         double err = NAN;
@@ -135,12 +136,20 @@ int run_attn_bench(const AttnBenchOptions& opt) {
                        mx = *std::max_element(us.begin(), us.end());
           const double gbs = static_cast<double>(a.bytes) / (med * 1e3);
           const std::string shape = fmt::format("d{}/{}q{}kv", d, sh.q_heads, kv);
-          out.push_back({{"context", ctx}, {"shape", shape}, {"arm", a.name}, {"threads", threads},
-                         {"median_us", med}, {"min_us", mn}, {"max_us", mx}, {"bytes_read", a.bytes},
-                         {"gb_per_s", gbs}, {"rel_err_vs_fp64", err}, {"reps", reps}});
+          out.push_back({{"context", ctx},
+                         {"shape", shape},
+                         {"arm", a.name},
+                         {"threads", threads},
+                         {"median_us", med},
+                         {"min_us", mn},
+                         {"max_us", mx},
+                         {"bytes_read", a.bytes},
+                         {"gb_per_s", gbs},
+                         {"rel_err_vs_fp64", err},
+                         {"reps", reps}});
           if (!opt.json)
-            fmt::print("{:>7} {:>10} {:<7} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>12.5f}\n", ctx, shape, a.name,
-                       threads, med, mn, mx, gbs, err);
+            fmt::print("{:>7} {:>10} {:<7} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>12.5f}\n", ctx, shape,
+                       a.name, threads, med, mn, mx, gbs, err);
         }
       }
     }

@@ -10,7 +10,7 @@ struct AttnBenchOptions {
   std::vector<int> contexts{4096, 32768, 131072};
   int page_size = 256;
   int reps = 20;
-  double fp8_fraction = 0.27;  // the paper's canary mix: ~27% of pages FP8, the rest TQ3
+  double fp8_fraction = 0.27;     // the paper's canary mix: ~27% of pages FP8, the rest TQ3
   int error_max_context = 32768;  // fp64 reference is computed up to this context
   uint64_t seed = 1;
   bool json = false;

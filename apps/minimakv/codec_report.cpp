@@ -41,7 +41,7 @@ std::vector<float> draw(std::mt19937_64& rng, Dist dist, int n, int d) {
 
 // Errors of one codec over a set of vectors: reconstruction and inner products with random queries.
 struct Stats {
-  double err = 0, energy = 0;           // sum ||x - x^||^2, sum ||x||^2
+  double err = 0, energy = 0;                 // sum ||x - x^||^2, sum ||x||^2
   double ip_cross = 0, ip_err2 = 0, ip2 = 0;  // for slope bias and relative RMS of <q, x^> vs <q, x>
   double rel_mse() const { return err / energy; }
   double ip_bias() const { return ip_cross / ip2; }
@@ -126,10 +126,10 @@ int run_codec_report(const CodecReportOptions& opt) {
   out["vectors_per_cell"] = opt.vectors;
   if (!opt.json) {
     fmt::print("minimakv codec-report  seed={}  vectors per cell={}\n", opt.seed, opt.vectors);
-    fmt::print("relative MSE = E||x-x^||^2 / E||x||^2; ip bias = slope of <q,k^> on <q,k> minus 1; "
-               "ip rms = RMS(<q,k^>-<q,k>) / RMS(<q,k>)\n\n");
-    fmt::print("{:>4} {:<13} {:<28} {:>10} {:>10} {:>10}\n", "d", "data", "codec", "rel MSE", "ip bias",
-               "ip rms");
+    fmt::print(
+        "relative MSE = E||x-x^||^2 / E||x||^2; ip bias = slope of <q,k^> on <q,k> minus 1; "
+        "ip rms = RMS(<q,k^>-<q,k>) / RMS(<q,k>)\n\n");
+    fmt::print("{:>4} {:<13} {:<28} {:>10} {:>10} {:>10}\n", "d", "data", "codec", "rel MSE", "ip bias", "ip rms");
   }
   const NormCorrection corrs[] = {NormCorrection::kUnbiased, NormCorrection::kMinMse, NormCorrection::kPreserveNorm,
                                   NormCorrection::kNone};
@@ -208,8 +208,11 @@ int run_codec_report(const CodecReportOptions& opt) {
     for (auto f : {codec::PageFormat::kBf16, codec::PageFormat::kFp8, codec::PageFormat::kTq3}) {
       const codec::PageLayout L(f, {64, 8, d});
       const auto b = L.breakdown();
-      row[codec::to_string(f)] = {{"bits_per_scalar", L.bits_per_scalar()}, {"page_bytes", L.bytes()},
-                                  {"codes", b.codes}, {"metadata", b.metadata}, {"padding", b.padding}};
+      row[codec::to_string(f)] = {{"bits_per_scalar", L.bits_per_scalar()},
+                                  {"page_bytes", L.bytes()},
+                                  {"codes", b.codes},
+                                  {"metadata", b.metadata},
+                                  {"padding", b.padding}};
       line += fmt::format("  {} {:.4f}", codec::to_string(f), L.bits_per_scalar());
     }
     out["bits_per_scalar"][std::to_string(d)] = row;
@@ -239,11 +242,15 @@ int run_codec_report(const CodecReportOptions& opt) {
     });
     const double td = throughput(n, [&](int v) { codec::tq3_decode({packed.data() + v * pb, pb}, alpha[v], rot, y); });
     const double mb = 4.0 * d / 1e6;  // fp32 input or output per vector, MB
-    out["throughput"][std::to_string(d)] = {{"fp8_encode_vec_per_s", fe}, {"fp8_decode_vec_per_s", fd},
-                                            {"tq3_encode_vec_per_s", te}, {"tq3_decode_vec_per_s", td}};
+    out["throughput"][std::to_string(d)] = {{"fp8_encode_vec_per_s", fe},
+                                            {"fp8_decode_vec_per_s", fd},
+                                            {"tq3_encode_vec_per_s", te},
+                                            {"tq3_decode_vec_per_s", td}};
     if (!opt.json)
-      fmt::print("  d={:<4} fp8 encode {:7.0f} MB/s  decode {:7.0f} MB/s   tq3 encode {:7.0f} MB/s  decode {:7.0f} MB/s"
-                 "  (fp32 side)\n", d, fe * mb, fd * mb, te * mb, td * mb);
+      fmt::print(
+          "  d={:<4} fp8 encode {:7.0f} MB/s  decode {:7.0f} MB/s   tq3 encode {:7.0f} MB/s  decode {:7.0f} MB/s"
+          "  (fp32 side)\n",
+          d, fe * mb, fd * mb, te * mb, td * mb);
   }
   if (opt.json) fmt::print("{}\n", out.dump(2));
   return 0;

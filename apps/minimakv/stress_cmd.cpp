@@ -35,13 +35,16 @@ int run_stress_cmd(const StressCmdOptions& opt) {
     j["failure"] = r.failure;
     for (int f = 0; f < 3; ++f) {
       const auto& fa = a.formats[f];
-      j["pages_at_end"][names[f]] = {{"live", fa.request_pages}, {"cached", fa.cache_only_pages},
-                                     {"transient", fa.transient_pages}, {"free", fa.free_pages}};
+      j["pages_at_end"][names[f]] = {{"live", fa.request_pages},
+                                     {"cached", fa.cache_only_pages},
+                                     {"transient", fa.transient_pages},
+                                     {"free", fa.free_pages}};
     }
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("minimakv stress  seed={}  operations={}\n", opt.seed, r.ops);
-    fmt::print("  invariant checks passed  {}\n  page byte checks         {}\n", r.invariant_checks, r.page_byte_checks);
+    fmt::print("  invariant checks passed  {}\n  page byte checks         {}\n", r.invariant_checks,
+               r.page_byte_checks);
     fmt::print("  invalid calls rejected   {} (state unchanged each time)\n", r.expected_errors);
     fmt::print("  capacity errors          {} (state unchanged each time)\n", r.capacity_errors);
     fmt::print("  conversions {}  promotions {}  rebinds {}  prefix hits {}  evictions {}\n", r.conversions,
