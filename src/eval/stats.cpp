@@ -49,25 +49,9 @@ void percentile_ci(std::vector<double>& d, PairedResult& r) {
 PairedResult paired_bootstrap(std::span<const double> arm, std::span<const double> base, uint64_t seed, int resamples) {
   if (arm.size() != base.size() || arm.empty())
     throw std::invalid_argument("paired_bootstrap: need equal, non-empty samples");
-  PairedResult r;
-  r.n = static_cast<int>(arm.size());
-  r.arm = mean(arm);
-  r.base = mean(base);
-  r.diff = r.arm - r.base;
-  discordant(arm, base, r);
-  r.mcnemar_p = mcnemar_exact(r.arm_only, r.base_only);
-  SplitMix rng(seed);
-  std::vector<double> d(static_cast<size_t>(resamples));
-  for (auto& x : d) {
-    double s = 0;
-    for (size_t i = 0; i < arm.size(); ++i) {
-      const size_t j = rng.below(arm.size());
-      s += arm[j] - base[j];
-    }
-    x = s / static_cast<double>(arm.size());
-  }
-  percentile_ci(d, r);
-  return r;
+  // One group: the macro average of a single task is its mean.
+  return paired_bootstrap_macro({std::vector<double>(arm.begin(), arm.end())},
+                                {std::vector<double>(base.begin(), base.end())}, seed, resamples);
 }
 
 PairedResult paired_bootstrap_macro(const std::vector<std::vector<double>>& arm,
