@@ -637,6 +637,11 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
       st.bytes_read[sp.format] += static_cast<uint64_t>(n) * shape_.kv_heads * 2ull * (L.row + L.meta);
     }
   }
+  bool granular = true;
+  for (const auto& sp : plan.splits)
+    if (sp.tok_begin != 0 ||
+        (sp.entry_end - sp.entry_begin == 1 && sp.tok_end < static_cast<int>(plan.entries[sp.entry_begin].tokens)))
+      granular = false;
   const bool tq3 = seen[2], exact = seen[0] || seen[1];
   st.route = tq3 && exact ? "mixed" : tq3 ? "tq3-only" : seen[1] && !seen[0] ? "fp8-only" : "dense";
   st.splits = static_cast<int>(plan.splits.size());
@@ -649,11 +654,15 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
   if (!plan.entries.empty())
     std::memcpy(blob + off_entry_, plan.entries.data(), plan.entries.size() * sizeof(PlanEntry));
   stats_ = st;
+  page_granular_ = granular;
 }
 
 void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream) const {
   require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");
+  require(io.page_m == nullptr || page_granular_,
+          "DecodeWorkspace::launch: per-page (m, l) needs a page-granular plan (make_decode_plan(..., page_granular = "
+          "true))");
   check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, stream),
         "DecodeWorkspace::launch: plan copy");
   StepParams p{};

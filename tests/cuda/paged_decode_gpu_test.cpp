@@ -201,6 +201,17 @@ TEST(GpuDecode, BadPlansAndShapesAreRejectedAndKeepThePreviousPlan) {
   EXPECT_THROW(cuda::make_decode_plan(null_page, shape), std::invalid_argument);
   std::vector<std::vector<cuda::PageRef>> too_long{{{PageFormat::kFp8, 3, 65}}};
   EXPECT_THROW(cuda::make_decode_plan(too_long, shape), std::invalid_argument);
+  // Per-page partials need every page read by one split.
+  {
+    auto wide = testing::make_gpu_pages(rng, {1024, 2, 128}, {2048}, [](int, int, int) { return PageFormat::kFp8; });
+    cuda::DecodeShape bs{8, 2, 128, 1024, 0.0f};
+    cuda::DecodeWorkspace bw(bs, 1, 64, 64);
+    bw.stage(cuda::make_decode_plan(wide.seqs, bs, 256, false), wide.pool->views());
+    cuda::DeviceArray<float> q(8 * 128), out(8 * 128), pm(64 * 8), pl(64 * 8);
+    const auto signs = cuda::upload_rotation_signs(1, 2, 128, codec::kDefaultRotationSeed);
+    const cuda::DecodeBuffers io{q.get(), signs.get(), out.get(), nullptr, nullptr, pm.get(), pl.get()};
+    EXPECT_THROW(bw.launch(wide.pool->views(), io, nullptr), std::invalid_argument);
+  }
   EXPECT_THROW(cuda::DecodeWorkspace({16, 1, 128, 64, 0.0f}, 1, 4, 4), std::invalid_argument);  // GQA 16
   EXPECT_THROW(cuda::DecodeWorkspace({8, 2, 96, 64, 0.0f}, 1, 4, 4), std::invalid_argument);    // head_dim 96
   EXPECT_THROW(cuda::DecodeWorkspace({8, 3, 128, 64, 0.0f}, 1, 4, 4), std::invalid_argument);   // 8 % 3

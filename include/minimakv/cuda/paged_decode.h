@@ -1,9 +1,9 @@
 // Mixed-format paged decode attention on the GPU: split-K over pages, one softmax over every format.
 //
 // Owns: the decode plan (which pages each CTA reads), its fixed-capacity device buffers, and the three
-// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation, (2) one CTA
-// per (split, KV head) reads its pages in their stored format (BF16, FP8 or TQ3; all query heads of the
-// GQA group reuse each loaded K/V row) and writes a normalised partial (m, l, O) per query head, TQ3
+// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation, (2) per
+// format, one CTA per (split, KV head) reads its pages in that stored format (BF16, FP8 or TQ3; all query
+// heads of the GQA group reuse each loaded K/V tile) and writes a normalised partial (m, l, O) per query head, TQ3
 // partials in the rotated domain, (3) a merge per (sequence, query head) combines every partial under
 // one softmax and applies one inverse rotation to the TQ3 share.
 // Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). fp32 accumulation.
@@ -107,6 +107,7 @@ class DecodeWorkspace {
   DeviceArray<uint8_t> plan_;
   DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
   DecodeStats stats_;
+  bool page_granular_ = false;  // every entry is read by exactly one split, from its first token
 };
 
 }  // namespace minimakv::cuda
