@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "minimakv/eval/stats.h"
 
@@ -47,6 +48,31 @@ std::string paired_cell(const PairedResult& p) {
                      p.mcnemar_p);
 }
 
+// Paired results of every (length, arm, task) and of the macro (task "macro"), computed once so the
+// Markdown and the JSON report the same intervals. Without a bf16 arm each arm is paired with itself.
+using Summaries = std::map<std::tuple<int, std::string, std::string>, PairedResult>;
+
+Summaries summarize(const std::vector<NiahRecord>& rs, uint64_t seed) {
+  const auto arms = ordered_unique(rs, &NiahRecord::arm);
+  const auto tasks = ordered_unique(rs, &NiahRecord::task);
+  const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
+  Summaries out;
+  uint64_t k = seed;
+  for (int len : ordered_unique(rs, &NiahRecord::length)) {
+    const auto s = scores_at(rs, len);
+    for (const auto& a : arms) {
+      std::vector<std::vector<double>> arm_s, base_s;
+      for (const auto& t : tasks) {
+        arm_s.push_back(s.at(a).at(t));
+        base_s.push_back(s.at(has_base ? "bf16" : a).at(t));
+        out[{len, a, t}] = paired_bootstrap(arm_s.back(), base_s.back(), ++k);
+      }
+      out[{len, a, "macro"}] = paired_bootstrap_macro(arm_s, base_s, ++k);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
@@ -55,6 +81,7 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
   const auto tasks = ordered_unique(rs, &NiahRecord::task);
   const auto lengths = ordered_unique(rs, &NiahRecord::length);
   const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
+  const auto sum = summarize(rs, seed);
   for (int len : lengths) {
     const auto s = scores_at(rs, len);
     size_t n = 0;
@@ -67,29 +94,17 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
     md += "\n|---|";
     for (size_t i = 0; i < arms.size(); ++i) md += "---|";
     md += "\n";
-    uint64_t k = seed;
     for (const auto& t : tasks) {
       md += "| " + t + " |";
       for (const auto& a : arms) {
-        const auto& x = s.at(a).at(t);
-        if (a == "bf16" || !has_base) {
-          double m = 0;
-          for (double v : x) m += v / static_cast<double>(x.size());
-          md += " " + pct(m) + " |";
-        } else {
-          md += " " + paired_cell(paired_bootstrap(x, s.at("bf16").at(t), ++k)) + " |";
-        }
+        const auto& p = sum.at({len, a, t});
+        md += " " + (a == "bf16" || !has_base ? pct(p.arm) : paired_cell(p)) + " |";
       }
       md += "\n";
     }
     md += "| **macro** |";
     for (const auto& a : arms) {
-      std::vector<std::vector<double>> arm_s, base_s;
-      for (const auto& t : tasks) {
-        arm_s.push_back(s.at(a).at(t));
-        base_s.push_back(has_base ? s.at("bf16").at(t) : s.at(a).at(t));
-      }
-      const auto p = paired_bootstrap_macro(arm_s, base_s, ++k);
+      const auto& p = sum.at({len, a, "macro"});
       md += " **" + (a == "bf16" || !has_base ? pct(p.arm) : paired_cell(p)) + "** |";
     }
     md += "\n";
@@ -192,38 +207,15 @@ nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
                             {"prefill_s", r.prefill_s},
                             {"decode_s", r.decode_s},
                             {"kv", kv_json(r.kv)}});
-  const auto arms = ordered_unique(rs, &NiahRecord::arm);
-  const auto tasks = ordered_unique(rs, &NiahRecord::task);
-  const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
-  uint64_t k = seed;
-  for (int len : ordered_unique(rs, &NiahRecord::length)) {
-    const auto s = scores_at(rs, len);
-    for (const auto& a : arms) {
-      std::vector<std::vector<double>> arm_s, base_s;
-      for (const auto& t : tasks) {
-        const auto p = paired_bootstrap(s.at(a).at(t), has_base ? s.at("bf16").at(t) : s.at(a).at(t), ++k);
-        j["summary"].push_back({{"length", len},
-                                {"arm", a},
-                                {"task", t},
-                                {"n", p.n},
-                                {"accuracy", 100 * p.arm},
-                                {"diff_vs_bf16", 100 * p.diff},
-                                {"ci95", {100 * p.lo, 100 * p.hi}},
-                                {"mcnemar_p", p.mcnemar_p}});
-        arm_s.push_back(s.at(a).at(t));
-        base_s.push_back(has_base ? s.at("bf16").at(t) : s.at(a).at(t));
-      }
-      const auto p = paired_bootstrap_macro(arm_s, base_s, ++k);
-      j["summary"].push_back({{"length", len},
-                              {"arm", a},
-                              {"task", "macro"},
-                              {"n", p.n},
-                              {"accuracy", 100 * p.arm},
-                              {"diff_vs_bf16", 100 * p.diff},
-                              {"ci95", {100 * p.lo, 100 * p.hi}},
-                              {"mcnemar_p", p.mcnemar_p}});
-    }
-  }
+  for (const auto& [key, p] : summarize(rs, seed))
+    j["summary"].push_back({{"length", std::get<0>(key)},
+                            {"arm", std::get<1>(key)},
+                            {"task", std::get<2>(key)},
+                            {"n", p.n},
+                            {"accuracy", 100 * p.arm},
+                            {"diff_vs_bf16", 100 * p.diff},
+                            {"ci95", {100 * p.lo, 100 * p.hi}},
+                            {"mcnemar_p", p.mcnemar_p}});
   return j;
 }
 
