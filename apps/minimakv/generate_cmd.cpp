@@ -103,8 +103,8 @@ int run_generate(GenerateCmdOptions opt) {
     j["block_table_bytes"] = a.block_table_bytes;
     j["reconciled"] = a.reconciled;
     if (opt.prompt_logits) {
-      cache::KvStore store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
-      j["prompt_logits"] = model->forward(store, store.create_sequence(), ids, &pool);
+      const auto store = model->make_store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
+      j["prompt_logits"] = model->forward(*store, store->create_sequence(), ids, &pool);
     }
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {

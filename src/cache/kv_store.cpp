@@ -62,13 +62,15 @@ std::span<const uint8_t> PinnedSequence::bytes(PageEntry e) const {
 
 // ------------------------------------------------------------------ construction
 
-KvStore::KvStore(StoreConfig cfg) : cfg_(std::move(cfg)) {
+KvStore::KvStore(StoreConfig cfg, std::unique_ptr<PageStorage> storage)
+    : cfg_(std::move(cfg)), storage_(std::move(storage)) {
   if (cfg_.layers < 1 || cfg_.layers > 1024) throw InvalidArgument("StoreConfig: layers must be in [1, 1024]");
   geo_ = {cfg_.tokens_per_page, cfg_.kv_heads, cfg_.head_dim};
+  const bool host = storage_ == nullptr;
   try {
-    pools_[0] = std::make_unique<PagePool>(PageFormat::kBf16, geo_, cfg_.bf16_pages);
-    pools_[1] = std::make_unique<PagePool>(PageFormat::kFp8, geo_, cfg_.fp8_pages);
-    pools_[2] = std::make_unique<PagePool>(PageFormat::kTq3, geo_, cfg_.tq3_pages);
+    pools_[0] = std::make_unique<PagePool>(PageFormat::kBf16, geo_, cfg_.bf16_pages, host);
+    pools_[1] = std::make_unique<PagePool>(PageFormat::kFp8, geo_, cfg_.fp8_pages, host);
+    pools_[2] = std::make_unique<PagePool>(PageFormat::kTq3, geo_, cfg_.tq3_pages, host);
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string("StoreConfig: ") + e.what());
   }
@@ -387,13 +389,19 @@ void KvStore::begin_append_batch(std::span<const AppendChunk> chunks) {
   debug_check();
 }
 
+void KvStore::check_layer_write(const Sequence& s, int layer, const char* where) const {
+  if (!s.pending) throw InvalidArgument(std::string(where) + ": no append in progress");
+  if (layer < 0 || layer >= cfg_.layers)
+    throw InvalidArgument(std::string(where) + ": layer " + std::to_string(layer) + " out of range");
+  if (s.written[layer])
+    throw InvalidArgument(std::string(where) + ": layer " + std::to_string(layer) + " already written");
+}
+
 void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v) {
   std::lock_guard lock(mu_);
   Sequence& s = live_seq(seq, "write_layer");
-  if (!s.pending) throw InvalidArgument("write_layer: no append in progress on sequence " + std::to_string(seq));
-  if (layer < 0 || layer >= cfg_.layers)
-    throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " out of range");
-  if (s.written[layer]) throw InvalidArgument("write_layer: layer " + std::to_string(layer) + " already written");
+  if (storage_) throw InvalidArgument("write_layer: page bytes live in external storage; use claim_layer_slots");
+  check_layer_write(s, layer, "write_layer");
   const size_t head_floats = static_cast<size_t>(cfg_.kv_heads) * cfg_.head_dim;
   if (k.size() != s.pending * head_floats || v.size() != k.size()) {
     throw InvalidArgument("write_layer: " + std::to_string(s.pending) + " tokens need " +
@@ -409,6 +417,21 @@ void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::s
                        k.subspan(t * head_floats, head_floats), v.subspan(t * head_floats, head_floats));
   }
   s.written[layer] = true;
+}
+
+std::vector<KvStore::Slot> KvStore::claim_layer_slots(SeqId seq, int layer) {
+  std::lock_guard lock(mu_);
+  Sequence& s = live_seq(seq, "claim_layer_slots");
+  check_layer_write(s, layer, "claim_layer_slots");
+  const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
+  std::vector<Slot> slots;
+  slots.reserve(s.pending);
+  for (size_t t = 0; t < s.pending; ++t) {
+    const size_t pos = s.pending_first + t;
+    slots.push_back({s.rows[pos / B].layers[layer], static_cast<uint32_t>(pos % B)});
+  }
+  s.written[layer] = true;
+  return slots;
 }
 
 void KvStore::commit_append(SeqId seq) {
@@ -475,9 +498,13 @@ SeqId KvStore::fork(SeqId parent) {
         PagePool& pl = pool_mut(se.format);
         const PageId id = pl.allocate(static_cast<uint16_t>(l));
         pl.add_ref(id, RefKind::kRequest);
-        auto dst = pl.mutable_bytes(id);
-        auto from = pl.bytes(se.id);
-        std::memcpy(dst.data(), from.data(), dst.size());
+        if (storage_) {
+          storage_->copy_page(se.format, se.id, id);
+        } else {
+          auto dst = pl.mutable_bytes(id);
+          auto from = pl.bytes(se.id);
+          std::memcpy(dst.data(), from.data(), dst.size());
+        }
         r.layers.push_back({se.format, id});
       }
     }
@@ -582,18 +609,28 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
     }
   }
   // Convert bytes without the metadata lock: sources are sealed, destinations private.
-  for (Job& j : jobs) {
-    if (!j.convert) continue;
-    for (int l = 0; l < cfg_.layers; ++l) {
-      if (protected_[l]) continue;
-      const PagePool& sp = pool(j.src[l].format);
-      PagePool& dp = pool_mut(j.dst[l].format);
-      if (j.target == Tier::kStale) {
-        codec::convert_fp8_to_tq3(sp.bytes(j.src[l].id), sp.layout(), dp.mutable_bytes(j.dst[l].id), dp.layout(),
-                                  rotations_[l], cfg_.tokens_per_page, cfg_.tq3_policy);
-      } else {
-        codec::convert_tq3_to_fp8(sp.bytes(j.src[l].id), sp.layout(), dp.mutable_bytes(j.dst[l].id), dp.layout(),
-                                  rotations_[l], cfg_.tokens_per_page);
+  if (storage_) {
+    std::vector<PageStorage::Conversion> conv;
+    for (const Job& j : jobs) {
+      if (!j.convert) continue;
+      for (int l = 0; l < cfg_.layers; ++l)
+        if (!protected_[l]) conv.push_back({j.src[l], j.dst[l], static_cast<uint32_t>(l)});
+    }
+    if (!conv.empty()) storage_->convert(conv);
+  } else {
+    for (Job& j : jobs) {
+      if (!j.convert) continue;
+      for (int l = 0; l < cfg_.layers; ++l) {
+        if (protected_[l]) continue;
+        const PagePool& sp = pool(j.src[l].format);
+        PagePool& dp = pool_mut(j.dst[l].format);
+        if (j.target == Tier::kStale) {
+          codec::convert_fp8_to_tq3(sp.bytes(j.src[l].id), sp.layout(), dp.mutable_bytes(j.dst[l].id), dp.layout(),
+                                    rotations_[l], cfg_.tokens_per_page, cfg_.tq3_policy);
+        } else {
+          codec::convert_tq3_to_fp8(sp.bytes(j.src[l].id), sp.layout(), dp.mutable_bytes(j.dst[l].id), dp.layout(),
+                                    rotations_[l], cfg_.tokens_per_page);
+        }
       }
     }
   }

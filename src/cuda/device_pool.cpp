@@ -22,12 +22,18 @@ DeviceLayout DeviceLayout::from(const codec::PageLayout& L) {
 }
 
 DevicePagePool::DevicePagePool(codec::PageGeometry g, size_t capacity_pages)
+    : DevicePagePool(g, {capacity_pages, capacity_pages, capacity_pages}) {}
+
+DevicePagePool::DevicePagePool(codec::PageGeometry g, std::array<size_t, codec::kNumPageFormats> capacity_pages)
     : layouts_{codec::PageLayout(codec::PageFormat::kBf16, g), codec::PageLayout(codec::PageFormat::kFp8, g),
                codec::PageLayout(codec::PageFormat::kTq3, g)},
       capacity_(capacity_pages) {
-  if (capacity_pages < 2) throw std::invalid_argument("DevicePagePool: capacity must hold the null page and one more");
+  size_t usable = 0;
+  for (size_t c : capacity_pages) usable += c > 1 ? c : 0;
+  if (usable == 0) throw std::invalid_argument("DevicePagePool: capacity must hold the null page and one more");
   for (int f = 0; f < codec::kNumPageFormats; ++f) {
-    pools_[f] = DeviceArray<uint8_t>(capacity_pages * layouts_[f].bytes());
+    if (capacity_pages[f] == 0) continue;
+    pools_[f] = DeviceArray<uint8_t>(capacity_pages[f] * layouts_[f].bytes());
     check(cudaMemset(pools_[f].get(), 0, pools_[f].bytes()), "DevicePagePool: cudaMemset");
   }
 }
@@ -47,9 +53,10 @@ PoolViews DevicePagePool::views() const {
 }
 
 void DevicePagePool::check_id(codec::PageFormat f, uint32_t id, size_t bytes, const char* where) const {
-  if (id == 0 || id >= capacity_)
+  const size_t cap = capacity(f);
+  if (id == 0 || id >= cap)
     throw std::invalid_argument(std::string(where) + ": page id " + std::to_string(id) + " outside [1, " +
-                                std::to_string(capacity_) + ")");
+                                std::to_string(cap) + ")");
   if (bytes != layout(f).bytes())
     throw std::invalid_argument(std::string(where) + ": " + std::to_string(bytes) + " bytes, a " + codec::to_string(f) +
                                 " page has " + std::to_string(layout(f).bytes()));

@@ -1,5 +1,7 @@
 #include "minimakv/engine/generate.h"
 
+#include "minimakv/backend/cpu_ops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,7 +10,7 @@
 namespace minimakv::engine {
 
 int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state) {
-  if (temperature <= 0.0f) return argmax(logits);
+  if (temperature <= 0.0f) return backend::argmax(logits);
   const float m = *std::max_element(logits.begin(), logits.end());
   std::vector<std::pair<float, int32_t>> p(logits.size());
   double z = 0.0;
@@ -90,7 +92,8 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
   const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
   auto sc = model.store_config(opt.mode, opt.tokens_per_page, total);
   sc.protected_layers = opt.protected_layers;
-  cache::KvStore store(sc);
+  const auto owned = model.make_store(sc);
+  cache::KvStore& store = *owned;
   policy::TierController ctl(opt.controller);
   const cache::SeqId seq = store.create_sequence();
   GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, pool, on_token);
@@ -110,7 +113,8 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
   }
   auto sc = model.store_config(opt.mode, opt.tokens_per_page, total);
   sc.protected_layers = opt.protected_layers;
-  cache::KvStore store(sc);
+  const auto owned = model.make_store(sc);
+  cache::KvStore& store = *owned;
   policy::TierController ctl(opt.controller);
   std::vector<cache::SeqId> seqs;
   for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(store.create_sequence());
@@ -179,11 +183,11 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
 Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
     : model_(model),
       opt_(std::move(opt)),
-      store_([&] {
+      store_(model.make_store([&] {
         auto sc = model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens);
         sc.protected_layers = opt_.protected_layers;
         return sc;
-      }()),
+      }())),
       ctl_(opt_.controller),
       pool_(pool) {}
 
@@ -191,18 +195,18 @@ Session::Result Session::run(std::span<const int32_t> prompt, const std::functio
                              int max_new_tokens) {
   if (prompt.empty()) throw std::invalid_argument("Session::run: empty prompt");
   Result res;
-  auto [seq, covered] = store_.create_sequence_with_prefix(prompt.first(prompt.size() - 1));
+  auto [seq, covered] = store_->create_sequence_with_prefix(prompt.first(prompt.size() - 1));
   res.reused_tokens = covered;
   try {
     GenerateOptions opt = opt_;
     if (max_new_tokens >= 0) opt.max_new_tokens = max_new_tokens;
-    res.gen = run_sequence(model_, store_, ctl_, seq, prompt.subspan(covered), opt, pool_, on_token);
+    res.gen = run_sequence(model_, *store_, ctl_, seq, prompt.subspan(covered), opt, pool_, on_token);
   } catch (...) {
-    store_.finish(seq);
+    store_->finish(seq);
     ctl_.forget(seq);
     throw;
   }
-  store_.finish(seq);
+  store_->finish(seq);
   ctl_.forget(seq);
   return res;
 }

@@ -2,21 +2,22 @@
 
 #include <algorithm>
 
-#include "minimakv/attention/paged_attention.h"
-#include "minimakv/engine/cpu_ops.h"
 #include "minimakv/model/safetensors.h"
 
 namespace minimakv::engine {
 
-std::unique_ptr<Model> Model::load(const std::string& dir) {
+std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device device) {
   auto m = std::unique_ptr<Model>(new Model());
   m->cfg_ = model::load_config(dir);
   const auto& c = m->cfg_;
   m->tok_ = std::make_unique<model::Tokenizer>(model::Tokenizer::load(dir + "/tokenizer.json"));
+  m->backend_ = backend::make_backend(device, c);
   const model::Checkpoint ck = model::Checkpoint::open(dir);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) { return ck.load_f32(name, shape); };
+  auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+    return m->backend_->upload(ck.load_f32(name, shape));
+  };
   m->embed_ = load("model.embed_tokens.weight", {c.vocab_size, H});
   m->final_norm_ = load("model.norm.weight", {H});
   if (!c.tie_word_embeddings) m->lm_head_ = load("lm_head.weight", {c.vocab_size, H});
@@ -38,7 +39,6 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
     L.down = load(p + "mlp.down_proj.weight", {H, I});
     m->layers_.push_back(std::move(L));
   }
-  m->rope_ = std::make_unique<Rope>(c);
   return m;
 }
 
@@ -69,97 +69,85 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
                                         attention::ThreadPool* pool, bool all_logits,
                                         std::vector<std::vector<float>>* page_scores) const {
   const auto& c = cfg_;
+  backend::Backend& be = *backend_;
   const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
             I = static_cast<int>(c.intermediate_size);
   const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
   const auto V = static_cast<int>(c.vocab_size);
   const auto eps = static_cast<float>(c.rms_norm_eps);
   if (chunks.empty()) throw std::invalid_argument("forward: no sequences");
+  const auto& sc = store.config();
+  if (sc.layers != static_cast<int>(layers_.size()) || sc.kv_heads != Hkv || sc.head_dim != D)
+    throw std::invalid_argument("forward: the store's geometry does not match the model");
   // Validate everything before the store changes.
-  std::vector<int> row0(chunks.size() + 1, 0);
-  std::vector<uint32_t> first(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const auto& ch = chunks[i];
+  std::vector<backend::SeqRows> seqs;
+  std::vector<int32_t> ids;
+  for (const auto& ch : chunks) {
     if (ch.ids.empty()) throw std::invalid_argument("forward: empty token chunk");
     for (int32_t id : ch.ids)
       if (id < 0 || id >= V) throw std::invalid_argument("forward: token id " + std::to_string(id) + " out of range");
-    first[i] = static_cast<uint32_t>(store.length(ch.seq));
-    if (first[i] + ch.ids.size() > static_cast<size_t>(c.max_position_embeddings))
+    const auto first = static_cast<uint32_t>(store.length(ch.seq));
+    if (first + ch.ids.size() > static_cast<size_t>(c.max_position_embeddings))
       throw std::invalid_argument("forward: the sequence would exceed the model's context of " +
                                   std::to_string(c.max_position_embeddings) + " tokens");
-    row0[i + 1] = row0[i] + static_cast<int>(ch.ids.size());
+    seqs.push_back({ch.seq, static_cast<int>(ids.size()), static_cast<int>(ch.ids.size()), first});
+    ids.insert(ids.end(), ch.ids.begin(), ch.ids.end());
   }
-  const int n = row0.back();
-  std::vector<float> x(static_cast<size_t>(n) * H), h(x.size()), q(static_cast<size_t>(n) * Hq * D),
-      k(static_cast<size_t>(n) * Hkv * D), v(k.size()), attn(q.size()), o(x.size()), g(static_cast<size_t>(n) * I),
-      u(g.size()), a(g.size());
-  for (size_t i = 0; i < chunks.size(); ++i)
-    for (size_t t = 0; t < chunks[i].ids.size(); ++t)
-      std::copy_n(embed_.begin() + static_cast<std::ptrdiff_t>(chunks[i].ids[t]) * H, H,
-                  x.begin() + static_cast<std::ptrdiff_t>(row0[i] + static_cast<int>(t)) * H);
+  const int n = static_cast<int>(ids.size());
+  const auto rows = static_cast<size_t>(n);
+  backend::Tensor x = be.alloc(rows * H), h = be.alloc(rows * H), q = be.alloc(rows * Hq * D),
+                  k = be.alloc(rows * Hkv * D), v = be.alloc(rows * Hkv * D), attn = be.alloc(rows * Hq * D),
+                  o = be.alloc(rows * H), g = be.alloc(rows * I), u = be.alloc(rows * I), a = be.alloc(rows * I);
+  be.embed(embed_, H, ids, x);
   std::vector<cache::KvStore::AppendChunk> appends;
   for (const auto& ch : chunks) appends.push_back({ch.seq, ch.ids});
   store.begin_append_batch(appends);  // capacity for every sequence checked first
   if (page_scores) page_scores->assign(chunks.size(), {});
-  attention::PagePartials partials;
-  const size_t qrow = static_cast<size_t>(Hq) * D, kvrow = static_cast<size_t>(Hkv) * D;
+  const float layer_weight = 1.0f / static_cast<float>(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    h = x;
-    rmsnorm(h, H, L.in_norm, eps);
-    matmul(h, n, H, L.wq, Hq * D, q);
-    matmul(h, n, H, L.wk, Hkv * D, k);
-    matmul(h, n, H, L.wv, Hkv * D, v);
+    be.copy(x, h);
+    be.rmsnorm(h, rows, H, L.in_norm, eps);
+    be.matmul(h, n, H, L.wq, Hq * D, q);
+    be.matmul(h, n, H, L.wk, Hkv * D, k);
+    be.matmul(h, n, H, L.wv, Hkv * D, v);
     if (c.qk_norm) {
-      rmsnorm(q, D, L.q_norm, eps);
-      rmsnorm(k, D, L.k_norm, eps);
+      be.rmsnorm(q, rows * Hq, D, L.q_norm, eps);
+      be.rmsnorm(k, rows * Hkv, D, L.k_norm, eps);
     }
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const auto r = static_cast<size_t>(row0[i]), m = chunks[i].ids.size();
-      const std::span<float> qi(q.data() + r * qrow, m * qrow), ki(k.data() + r * kvrow, m * kvrow);
-      rope_->apply(qi, static_cast<int>(m), Hq, first[i]);
-      rope_->apply(ki, static_cast<int>(m), Hkv, first[i]);
-      store.write_layer(chunks[i].seq, static_cast<int>(l), ki,
-                        std::span<const float>(v.data() + r * kvrow, m * kvrow));
-      {
-        auto pin = store.pin(chunks[i].seq);
-        const auto in = attention::layer_input(store, pin, static_cast<int>(l), Hq);
-        attention::attend(in, {qi, static_cast<int>(m), first[i]}, std::span<float>(attn.data() + r * qrow, m * qrow),
-                          page_scores ? &partials : nullptr, {0, pool});
-      }
-      if (page_scores) {
-        const auto sc = attention::page_scores(partials);
-        auto& acc = (*page_scores)[i];
-        if (acc.size() < sc.size()) acc.resize(sc.size(), 0.0f);
-        for (size_t p = 0; p < sc.size(); ++p) acc[p] += sc[p] / static_cast<float>(layers_.size());
-      }
-    }
-    matmul(attn, n, Hq * D, L.wo, H, o);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-    h = x;
-    rmsnorm(h, H, L.post_norm, eps);
-    matmul(h, n, H, L.gate, I, g);
-    matmul(h, n, H, L.up, I, u);
-    swiglu(g, u, a);
-    matmul(a, n, I, L.down, H, o);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    be.rope(q, Hq, seqs);
+    be.rope(k, Hkv, seqs);
+    be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, pool, page_scores, layer_weight);
+    be.matmul(attn, n, Hq * D, L.wo, H, o);
+    be.add(x, o);
+    be.copy(x, h);
+    be.rmsnorm(h, rows, H, L.post_norm, eps);
+    be.matmul(h, n, H, L.gate, I, g);
+    be.matmul(h, n, H, L.up, I, u);
+    be.swiglu(g, u, a);
+    be.matmul(a, n, I, L.down, H, o);
+    be.add(x, o);
   }
   for (const auto& ch : chunks) store.commit_append(ch.seq);
-  rmsnorm(x, H, final_norm_, eps);
-  const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
+  be.rmsnorm(x, rows, H, final_norm_, eps);
+  const backend::Tensor& head = lm_head_.size() ? lm_head_ : embed_;
   if (all_logits) {
-    std::vector<float> logits(static_cast<size_t>(n) * V);
-    matmul(x, n, H, head, V, logits);
-    return logits;
+    backend::Tensor logits = be.alloc(rows * V);
+    be.matmul(x, n, H, head, V, logits);
+    std::vector<float> out(logits.size());
+    be.to_host(logits, out);
+    return out;
   }
   // The last row of each chunk.
-  std::vector<float> last(chunks.size() * static_cast<size_t>(H));
-  for (size_t i = 0; i < chunks.size(); ++i)
-    std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(row0[i + 1] - 1) * H, H,
-                last.begin() + static_cast<std::ptrdiff_t>(i) * H);
-  std::vector<float> logits(chunks.size() * static_cast<size_t>(V));
-  matmul(last, static_cast<int>(chunks.size()), H, head, V, logits);
-  return logits;
+  std::vector<int> last_rows;
+  for (const auto& s : seqs) last_rows.push_back(s.row + s.n - 1);
+  const int m = static_cast<int>(last_rows.size());
+  backend::Tensor last = be.alloc(static_cast<size_t>(m) * H), logits = be.alloc(static_cast<size_t>(m) * V);
+  be.gather_rows(x, H, last_rows, last);
+  be.matmul(last, m, H, head, V, logits);
+  std::vector<float> out(logits.size());
+  be.to_host(logits, out);
+  return out;
 }
 
 }  // namespace minimakv::engine

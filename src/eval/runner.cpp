@@ -144,7 +144,8 @@ std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<
                                   int score, attention::ThreadPool* pool) {
   auto sc = model.store_config(arm.opt.mode, arm.opt.tokens_per_page, ids.size());
   sc.protected_layers = arm.opt.protected_layers;
-  cache::KvStore store(sc);
+  const auto owned = model.make_store(sc);
+  cache::KvStore& store = *owned;
   policy::TierController ctl(arm.opt.controller);
   const auto seq = store.create_sequence();
   const std::vector<cache::SeqId> seqs{seq};

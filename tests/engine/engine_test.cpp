@@ -6,11 +6,14 @@
 #include <cmath>
 #include <set>
 
+#include "minimakv/backend/cpu_ops.h"
 #include "minimakv/engine/generate.h"
 #include "test_util.h"
 
 namespace minimakv::engine {
 namespace {
+
+using backend::argmax;
 
 const std::string kDir = std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m";
 
@@ -184,7 +187,8 @@ TEST(Engine, SamplingIsSeededAndTopPRestricts) {
 
 TEST(Engine, RejectsBadInput) {
   const Model& m = shipped();
-  cache::KvStore store(m.store_config(cache::KvMode::kFp8, 32, 64));
+  const auto owned = m.make_store(m.store_config(cache::KvMode::kFp8, 32, 64));
+  cache::KvStore& store = *owned;
   const auto s = store.create_sequence();
   const int32_t bad = static_cast<int32_t>(m.config().vocab_size);
   EXPECT_THROW(m.forward(store, s, std::span<const int32_t>(&bad, 1)), std::invalid_argument);

@@ -24,6 +24,9 @@
 // Thread safety: one mutex serialises metadata; apply() converts bytes outside the lock (sources are
 // sealed, destinations private) and re-validates each entry before publishing; readers pin a sequence
 // (reader references) and read page bytes without the lock. One writer appends to a given sequence.
+// Page bytes live in the host pools, or, when the store is built with a PageStorage, in that storage
+// (device memory): the store then keeps metadata only, hands copy-on-write and conversions to the
+// storage, and the engine writes appended tokens itself at the slots claim_layer_slots() returns.
 // Errors throw (OutOfCapacity, InvalidArgument) and leave the store unchanged.
 #pragma once
 
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "minimakv/cache/page_pool.h"
+#include "minimakv/cache/page_storage.h"
 #include "minimakv/cache/types.h"
 #include "minimakv/codec/page_codec.h"
 
@@ -128,7 +132,7 @@ class PinnedSequence {
 
 class KvStore {
  public:
-  explicit KvStore(StoreConfig cfg);
+  explicit KvStore(StoreConfig cfg, std::unique_ptr<PageStorage> storage = nullptr);
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
   ~KvStore();
@@ -136,6 +140,8 @@ class KvStore {
   const StoreConfig& config() const { return cfg_; }
   const codec::PageGeometry& geometry() const { return geo_; }
   const PagePool& pool(PageFormat f) const { return *pools_[static_cast<int>(f)]; }
+  // The external byte storage, or null when the bytes live in the host pools.
+  PageStorage* storage() const { return storage_.get(); }
   std::span<const codec::Rotation> rotations(int layer) const;
   bool is_protected(int layer) const { return protected_[layer]; }
   // Format of newly appended pages: BF16 in bf16 mode, else FP8.
@@ -164,6 +170,13 @@ class KvStore {
   };
   void begin_append_batch(std::span<const AppendChunk> chunks);
   void write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v);
+  // For external storage: marks `layer` of the pending append as written and returns, per pending
+  // token in order, the page it belongs in and its slot there; the caller writes the bytes.
+  struct Slot {
+    PageEntry page;
+    uint32_t token;
+  };
+  std::vector<Slot> claim_layer_slots(SeqId seq, int layer);
   void commit_append(SeqId seq);
   SeqId fork(SeqId parent);
   void finish(SeqId seq);
@@ -257,8 +270,11 @@ class KvStore {
   Accounting accounting_locked() const;
   void check_invariants_locked() const;
 
+  void check_layer_write(const Sequence& s, int layer, const char* where) const;
+
   StoreConfig cfg_;
   codec::PageGeometry geo_;
+  std::unique_ptr<PageStorage> storage_;
   std::vector<bool> protected_;
   std::array<std::unique_ptr<PagePool>, codec::kNumPageFormats> pools_;
   std::vector<std::vector<codec::Rotation>> rotations_;  // [layer][kv head]

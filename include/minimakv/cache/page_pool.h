@@ -27,7 +27,8 @@ struct PageMeta {
 
 class PagePool {
  public:
-  PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages);
+  // host_bytes = false: metadata only (the bytes live in a cache::PageStorage); bytes() then throws.
+  PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages, bool host_bytes = true);
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -51,14 +52,17 @@ class PagePool {
   // Writable bytes of an unsealed, in-use page.
   std::span<uint8_t> mutable_bytes(PageId id);
   bool valid(PageId id) const { return id != kNullPage && id <= capacity_; }
+  bool has_host_bytes() const { return host_bytes_; }
 
   // Free-list order (next allocation first), for tests that assert exact ids.
   std::vector<PageId> free_list_snapshot() const { return {free_.rbegin(), free_.rend()}; }
 
  private:
   void check(PageId id, const char* where) const;
+  void check_host(const char* where) const;
   codec::PageLayout layout_;
   size_t capacity_;
+  bool host_bytes_;
   std::vector<uint8_t> storage_;  // (capacity + 1) pages; page 0 is the null page
   std::vector<PageMeta> meta_;
   std::vector<PageId> free_;      // stack: back() is allocated next

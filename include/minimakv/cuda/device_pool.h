@@ -33,11 +33,13 @@ struct PoolViews {
 
 class DevicePagePool {
  public:
-  // geometry is shared by the formats; capacity counts pages including the null page.
+  // geometry is shared by the formats; capacity counts pages including the null page, the same for
+  // every format or one per format (a format with capacity 0 gets no allocation).
   DevicePagePool(codec::PageGeometry geometry, size_t capacity_pages);
+  DevicePagePool(codec::PageGeometry geometry, std::array<size_t, codec::kNumPageFormats> capacity_pages);
 
   const codec::PageLayout& layout(codec::PageFormat f) const { return layouts_[static_cast<int>(f)]; }
-  size_t capacity() const { return capacity_; }
+  size_t capacity(codec::PageFormat f = codec::PageFormat::kFp8) const { return capacity_[static_cast<int>(f)]; }
   uint8_t* page(codec::PageFormat f, uint32_t id) const;
   PoolViews views() const;
 
@@ -48,7 +50,7 @@ class DevicePagePool {
  private:
   void check_id(codec::PageFormat f, uint32_t id, size_t bytes, const char* where) const;
   std::array<codec::PageLayout, codec::kNumPageFormats> layouts_;
-  size_t capacity_;
+  std::array<size_t, codec::kNumPageFormats> capacity_;
   std::array<DeviceArray<uint8_t>, codec::kNumPageFormats> pools_;
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -66,12 +67,12 @@ class Session {
   // a document that later requests query).
   Result run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token = {},
              int max_new_tokens = -1);
-  const cache::KvStore& store() const { return store_; }
+  const cache::KvStore& store() const { return *store_; }
 
  private:
   const Model& model_;
   GenerateOptions opt_;
-  cache::KvStore store_;
+  std::unique_ptr<cache::KvStore> store_;
   policy::TierController ctl_;
   attention::ThreadPool* pool_;
 };

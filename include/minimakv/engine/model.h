@@ -1,11 +1,12 @@
-// A Qwen3 / Llama decoder-only transformer running on the CPU through the paged KV store.
+// A Qwen3 / Llama decoder-only transformer running through the paged KV store on a backend (CPU or CUDA).
 //
-// Owns: the weights (fp32 copies of the checkpoint's BF16/F16/F32 tensors), the tokenizer and the RoPE
-// tables. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
+// Owns: the backend, the weights (fp32 copies of the checkpoint's BF16/F16/F32 tensors, in the backend's
+// memory) and the tokenizer. The forward pass is written once against backend::Backend. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
 // q/k/v, applies QK-norm (Qwen3) and RoPE, writes the chunk's K/V into the store (quantized on write,
 // one layer at a time), then attends over every page of the sequence in its stored format (BF16, FP8
 // or TQ3) with the mixed-format kernel, causal inside the chunk. No dense copy of the cache is made.
-// The store's geometry must match the model (layers, KV heads, head_dim).
+// The store's geometry must match the model (layers, KV heads, head_dim), and the store must come from
+// make_store() (its pages live where this model's backend reads them). One forward pass at a time.
 #pragma once
 
 #include <memory>
@@ -14,8 +15,8 @@
 #include <vector>
 
 #include "minimakv/attention/thread_pool.h"
+#include "minimakv/backend/backend.h"
 #include "minimakv/cache/kv_store.h"
-#include "minimakv/engine/cpu_ops.h"
 #include "minimakv/model/config.h"
 #include "minimakv/model/tokenizer.h"
 
@@ -23,11 +24,14 @@ namespace minimakv::engine {
 
 class Model {
  public:
-  static std::unique_ptr<Model> load(const std::string& dir);
+  static std::unique_ptr<Model> load(const std::string& dir, backend::Device device = backend::Device::kCpu);
   const model::ModelConfig& config() const { return cfg_; }
   const model::Tokenizer& tokenizer() const { return *tok_; }
+  backend::Backend& backend() const { return *backend_; }
   // A store configuration with this model's geometry.
   cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const;
+  // A store whose pages live where this model's backend reads them (host pools or device memory).
+  std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) const { return backend_->make_store(cfg); }
 
   // Appends `ids` to `seq` and returns the logits of the last of them (vocab_size floats), or of every
   // one when all_logits ([n][vocab]). With page_scores, also returns one attention score per logical
@@ -52,13 +56,13 @@ class Model {
 
  private:
   struct Layer {
-    std::vector<float> wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
+    backend::Tensor wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
   };
   model::ModelConfig cfg_;
   std::unique_ptr<model::Tokenizer> tok_;
-  std::vector<float> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  std::unique_ptr<backend::Backend> backend_;
+  backend::Tensor embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
-  std::unique_ptr<Rope> rope_;
 };
 
 }  // namespace minimakv::engine

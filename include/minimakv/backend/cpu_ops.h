@@ -9,7 +9,7 @@
 
 #include "minimakv/model/config.h"
 
-namespace minimakv::engine {
+namespace minimakv::backend {
 
 // y[n][out] = x[n][in] * W[out][in]^T
 void matmul(std::span<const float> x, int n, int in, std::span<const float> w, int out, std::span<float> y);
@@ -25,10 +25,11 @@ class Rope {
   Rope(const model::ModelConfig& cfg);
   // Rotates heads x[n][heads][head_dim] of tokens at positions first, first + 1, ... (rotate-half).
   void apply(std::span<float> x, int n, int heads, uint32_t first_position) const;
+  const std::vector<float>& inv_freq() const { return inv_freq_; }  // [head_dim / 2]
 
  private:
   int head_dim_;
   std::vector<float> inv_freq_;
 };
 
-}  // namespace minimakv::engine
+}  // namespace minimakv::backend

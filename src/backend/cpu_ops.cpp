@@ -1,4 +1,4 @@
-#include "minimakv/engine/cpu_ops.h"
+#include "minimakv/backend/cpu_ops.h"
 
 #include <cblas.h>
 
@@ -6,7 +6,7 @@
 #include <numbers>
 #include <stdexcept>
 
-namespace minimakv::engine {
+namespace minimakv::backend {
 
 void matmul(std::span<const float> x, int n, int in, std::span<const float> w, int out, std::span<float> y) {
   if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
@@ -75,4 +75,4 @@ void Rope::apply(std::span<float> x, int n, int heads, uint32_t first_position) 
   }
 }
 
-}  // namespace minimakv::engine
+}  // namespace minimakv::backend

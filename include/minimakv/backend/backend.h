@@ -1,0 +1,98 @@
+// The operator set the transformer forward pass is written against, implemented once per device.
+//
+// Owns: the interface and the Tensor handle. A Tensor is a flat fp32 array in its backend's memory
+// (host memory for the CPU backend, device memory for CUDA) and owns that allocation (move-only).
+// Shapes are row-major and passed explicitly; weights are [out][in] as Hugging Face stores them, so a
+// projection is y = x W^T. A backend may run calls asynchronously (the CUDA backend queues them on one
+// stream); to_host() returns once every earlier call has finished. Backends are not thread-safe: one
+// forward pass at a time per backend.
+// Attention goes through the paged KV store: attention() writes the chunk's K/V of one layer into the
+// sequence's pages (quantized on write) and attends over every page in its stored format, causal inside
+// the chunk, with no dense copy of the cache. The store must come from the same backend's make_store(),
+// so its pages live where the backend's kernels read them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "minimakv/attention/thread_pool.h"
+#include "minimakv/cache/kv_store.h"
+#include "minimakv/model/config.h"
+
+namespace minimakv::backend {
+
+enum class Device { kCpu, kCuda };
+const char* to_string(Device d);
+Device parse_device(std::string_view name);  // "cpu" | "cuda"; throws std::invalid_argument otherwise
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(float* data, size_t size, std::function<void(float*)> release)
+      : p_(data, std::move(release)), n_(size) {}
+  float* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  std::unique_ptr<float, std::function<void(float*)>> p_{nullptr, [](float*) {}};
+  size_t n_ = 0;
+};
+
+// Rows [row, row + n) of a forward pass belong to sequence `seq` at positions first, first + 1, ...
+struct SeqRows {
+  cache::SeqId seq = 0;
+  int row = 0, n = 0;
+  uint32_t first = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. the GPU's name
+
+  // ---- memory
+  virtual Tensor alloc(size_t n) = 0;  // contents undefined
+  virtual Tensor upload(std::span<const float> host) = 0;
+  virtual void to_host(const Tensor& t, std::span<float> out) = 0;  // waits for every earlier call
+
+  // ---- operators (x, y, out: distinct tensors unless stated)
+  virtual void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // y[n][out] = x[n][in] w[out][in]^T
+  virtual void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) = 0;
+  // In place over rows of length dim: x / sqrt(mean(x^2) + eps) * w (also QK-norm, per head).
+  virtual void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) = 0;
+  // In place: rotate-half RoPE of x[rows][heads][head_dim], each row at its sequence position.
+  virtual void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) = 0;
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;  // silu(gate) * up
+  virtual void add(Tensor& x, const Tensor& y) = 0;                            // x += y
+  // out[i][:] = x[rows[i]][:] for rows of length dim.
+  virtual void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) = 0;
+
+  // ---- attention through the paged KV cache
+  virtual std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) = 0;
+  // q: [rows][q_heads][head_dim] after RoPE; k, v: [rows][kv_heads][head_dim]; out like q. Every
+  // sequence must have begun an append of its rows (KvStore::begin_append_batch). page_scores, when
+  // given, has one vector per sequence, to which this layer adds each logical page's score (eq. 7-9,
+  // averaged over the query heads and the sequence's rows) times `score_weight`.
+  virtual void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+                         const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
+                         std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
+};
+
+// The CPU backend: OpenBLAS GEMMs, Highway SIMD attention, the caller's thread pool.
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg);
+// The CUDA backend: cuBLAS GEMMs, the mixed-format paged kernels, device page pools. Throws
+// std::runtime_error when the library was built without CUDA or no GPU is visible.
+std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig& cfg);
+bool cuda_available();  // built with CUDA and a device is visible
+std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg);
+
+}  // namespace minimakv::backend

@@ -1,0 +1,140 @@
+// The CPU backend: host tensors, OpenBLAS GEMMs and the Highway mixed-format attention kernels over the
+// store's host pools.
+#include <algorithm>
+#include <stdexcept>
+
+#include "minimakv/attention/paged_attention.h"
+#include "minimakv/backend/backend.h"
+#include "minimakv/backend/cpu_ops.h"
+
+namespace minimakv::backend {
+
+namespace {
+
+std::span<float> all(const Tensor& t) {
+  return {t.data(), t.size()};
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const model::ModelConfig& cfg) : rope_(cfg), head_dim_(static_cast<int>(cfg.head_dim)) {}
+
+  Device device() const override { return Device::kCpu; }
+  std::string describe() const override { return "cpu"; }
+
+  Tensor alloc(size_t n) override {
+    return Tensor(new float[n], n, [](float* p) { delete[] p; });
+  }
+  Tensor upload(std::span<const float> host) override {
+    Tensor t = alloc(host.size());
+    std::copy(host.begin(), host.end(), t.data());
+    return t;
+  }
+  void to_host(const Tensor& t, std::span<float> out) override {
+    if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
+    std::copy_n(t.data(), t.size(), out.data());
+  }
+
+  void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) override {
+    const size_t d = static_cast<size_t>(dim);
+    if (out.size() != ids.size() * d) throw std::invalid_argument("embed: output size mismatch");
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (ids[r] < 0 || static_cast<size_t>(ids[r] + 1) * d > table.size())
+        throw std::invalid_argument("embed: token id out of range");
+      std::copy_n(table.data() + static_cast<size_t>(ids[r]) * d, d, out.data() + r * d);
+    }
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.size() != dst.size()) throw std::invalid_argument("copy: size mismatch");
+    std::copy_n(src.data(), src.size(), dst.data());
+  }
+  void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) override {
+    backend::matmul(all(x), n, in, all(w), out, all(y));
+  }
+  void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
+    backend::rmsnorm(all(x).first(rows * static_cast<size_t>(dim)), dim, all(w), eps);
+  }
+  void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) override {
+    const size_t row = static_cast<size_t>(heads) * head_dim_;
+    for (const SeqRows& s : seqs)
+      rope_.apply(all(x).subspan(static_cast<size_t>(s.row) * row, static_cast<size_t>(s.n) * row), s.n, heads,
+                  s.first);
+  }
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    backend::swiglu(all(gate), all(up), all(out));
+  }
+  void add(Tensor& x, const Tensor& y) override {
+    if (x.size() != y.size()) throw std::invalid_argument("add: size mismatch");
+    for (size_t i = 0; i < x.size(); ++i) x.data()[i] += y.data()[i];
+  }
+  void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) override {
+    const size_t d = static_cast<size_t>(dim);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(x.data() + static_cast<size_t>(rows[i]) * d, d, out.data() + i * d);
+  }
+
+  std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) override {
+    return std::make_unique<cache::KvStore>(cfg);
+  }
+
+  void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+                 const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
+                 std::vector<std::vector<float>>* page_scores, float score_weight) override {
+    const auto& sc = store.config();
+    const size_t qrow = static_cast<size_t>(q_heads) * sc.head_dim,
+                 kvrow = static_cast<size_t>(sc.kv_heads) * sc.head_dim;
+    attention::PagePartials partials;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SeqRows& s = seqs[i];
+      const auto r = static_cast<size_t>(s.row), m = static_cast<size_t>(s.n);
+      store.write_layer(s.seq, layer, all(k).subspan(r * kvrow, m * kvrow), all(v).subspan(r * kvrow, m * kvrow));
+      {
+        auto pin = store.pin(s.seq);
+        const auto in = attention::layer_input(store, pin, layer, q_heads);
+        attention::attend(in, {all(q).subspan(r * qrow, m * qrow), s.n, s.first}, all(out).subspan(r * qrow, m * qrow),
+                          page_scores ? &partials : nullptr, {0, pool});
+      }
+      if (page_scores) {
+        const auto scores = attention::page_scores(partials);
+        auto& acc = (*page_scores)[i];
+        if (acc.size() < scores.size()) acc.resize(scores.size(), 0.0f);
+        for (size_t p = 0; p < scores.size(); ++p) acc[p] += scores[p] * score_weight;
+      }
+    }
+  }
+
+ private:
+  Rope rope_;
+  int head_dim_;
+};
+
+}  // namespace
+
+const char* to_string(Device d) {
+  return d == Device::kCuda ? "cuda" : "cpu";
+}
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  throw std::invalid_argument("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg) {
+  return std::make_unique<CpuBackend>(cfg);
+}
+
+std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg) {
+  return d == Device::kCuda ? make_cuda_backend(cfg) : make_cpu_backend(cfg);
+}
+
+#ifndef MINIMAKV_WITH_CUDA
+std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig&) {
+  throw std::runtime_error("this build of minimakv has no CUDA backend (configure with -DMINIMAKV_CUDA=ON)");
+}
+bool cuda_available() {
+  return false;
+}
+#endif
+
+}  // namespace minimakv::backend

@@ -1,0 +1,372 @@
+// The CUDA backend: device tensors from the stream-ordered allocator, cuBLAS fp32 GEMMs, our own
+// kernels for the rest, and attention through device page pools with the mixed-format paged kernels.
+//
+// Every call is queued on one stream, which is also the stream of every page operation of the stores
+// this backend makes (cache::PageStorage's ordering contract). Attention of one layer:
+//   1. the store hands out the slots of the chunk's tokens (claim_layer_slots) and append_tokens
+//      quantizes K/V into them (FP8, or BF16 in the dense mode) on the device;
+//   2. each query row becomes one item of a decode plan over the pages it may see (its sequence's pages
+//      up to its own position, the last one partial), so a prefill chunk is causal and reads earlier
+//      pages in their stored formats, FP8 and TQ3, with no dense copy;
+//   3. the paged decode kernels attend and merge under one softmax; with page scores, the per-page
+//      (m_p, l_p) come back to the host and go through attention::page_scores like the CPU's.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cuda_ops.h"
+#include "minimakv/attention/paged_attention.h"
+#include "minimakv/backend/backend.h"
+#include "minimakv/backend/cpu_ops.h"
+#include "minimakv/cuda/device_memory.h"
+#include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/page_writes.h"
+#include "minimakv/cuda/paged_decode.h"
+
+namespace minimakv::backend {
+
+namespace {
+
+using cuda::check;
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw cuda::CudaError(std::string(what) + ": cuBLAS status " + std::to_string(s));
+}
+
+// The stream shared by the backend and its stores; destroyed after the last of them.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// A device array that grows (never shrinks) and is written from host vectors in stream order.
+template <typename T>
+class DeviceScratch {
+ public:
+  T* write(std::span<const T> host, cudaStream_t s) {
+    reserve(host.size());
+    if (!host.empty())
+      check(cudaMemcpyAsync(a_.get(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, s), "scratch upload");
+    return a_.get();
+  }
+  T* reserve(size_t n) {
+    // Freeing an array a queued kernel may still read is safe: cudaFree waits for the device.
+    if (n > a_.size()) a_ = cuda::DeviceArray<T>(std::max(n, a_.size() * 2));
+    return a_.get();
+  }
+
+ private:
+  cuda::DeviceArray<T> a_;
+};
+
+// Page bytes of one store in device memory (one pool per format), plus the rotation signs its TQ3
+// conversions use.
+class DevicePageStorage final : public cache::PageStorage {
+ public:
+  DevicePageStorage(const cache::StoreConfig& cfg, std::shared_ptr<Stream> stream)
+      : geo_{cfg.tokens_per_page, cfg.kv_heads, cfg.head_dim},
+        pool_(geo_, {cfg.bf16_pages ? cfg.bf16_pages + 1 : 0, cfg.fp8_pages ? cfg.fp8_pages + 1 : 0,
+                     cfg.tq3_pages ? cfg.tq3_pages + 1 : 0}),
+        signs_(cuda::upload_rotation_signs(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.rotation_seed)),
+        policy_(cfg.tq3_policy),
+        stream_(std::move(stream)) {}
+  ~DevicePageStorage() override { cudaStreamSynchronize(stream_->s); }
+
+  void copy_page(cache::PageFormat f, cache::PageId src, cache::PageId dst) override {
+    check(cudaMemcpyAsync(pool_.page(f, dst), pool_.page(f, src), pool_.layout(f).bytes(), cudaMemcpyDeviceToDevice,
+                          stream_->s),
+          "copy_page");
+  }
+
+  void convert(std::span<const Conversion> jobs) override {
+    std::vector<cuda::ConvertJob> to_tq3, to_fp8;
+    for (const Conversion& c : jobs) {
+      const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
+      (c.dst.format == cache::PageFormat::kTq3 ? to_tq3 : to_fp8).push_back(j);
+    }
+    const auto views = pool_.views();
+    if (!to_tq3.empty()) {
+      const auto* d = tq3_jobs_.write(to_tq3, stream_->s);
+      cuda::convert_fp8_to_tq3(views, geo_, signs_.get(), d, static_cast<int>(to_tq3.size()), policy_, stream_->s);
+    }
+    if (!to_fp8.empty()) {
+      const auto* d = fp8_jobs_.write(to_fp8, stream_->s);
+      cuda::convert_tq3_to_fp8(views, geo_, signs_.get(), d, static_cast<int>(to_fp8.size()), stream_->s);
+    }
+  }
+
+  const cuda::DevicePagePool& pool() const { return pool_; }
+  const codec::PageGeometry& geometry() const { return geo_; }
+  const float* signs(int layer) const {
+    return signs_.get() + static_cast<size_t>(layer) * geo_.kv_heads * geo_.head_dim;
+  }
+
+ private:
+  codec::PageGeometry geo_;
+  cuda::DevicePagePool pool_;
+  cuda::DeviceArray<float> signs_;
+  codec::Tq3Policy policy_;
+  std::shared_ptr<Stream> stream_;
+  DeviceScratch<cuda::ConvertJob> tq3_jobs_, fp8_jobs_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const model::ModelConfig& cfg) : stream_(std::make_shared<Stream>()) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+      throw std::runtime_error("the CUDA backend needs a GPU, and none is visible");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    name_ = prop.name;
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    check_blas(cublasSetStream(blas_, stream_->s), "cublasSetStream");
+    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // fp32, no TF32
+    const Rope rope(cfg);
+    inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
+    check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
+    head_dim_ = static_cast<int>(cfg.head_dim);
+    check(cudaEventCreateWithFlags(&plan_consumed_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(plan_consumed_, stream_->s), "cudaEventRecord");
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_->s);
+    cudaEventDestroy(plan_consumed_);
+    cublasDestroy(blas_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  std::string describe() const override { return name_; }
+
+  Tensor alloc(size_t n) override {
+    if (n == 0) return {};
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, n * sizeof(float), stream_->s), "cudaMallocAsync");
+    auto st = stream_;
+    return Tensor(static_cast<float*>(p), n, [st](float* q) { cudaFreeAsync(q, st->s); });
+  }
+  Tensor upload(std::span<const float> host) override {
+    Tensor t = alloc(host.size());
+    if (!host.empty())
+      check(cudaMemcpyAsync(t.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_->s), "upload");
+    return t;
+  }
+  void to_host(const Tensor& t, std::span<float> out) override {
+    if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
+    if (!out.empty())
+      check(cudaMemcpyAsync(out.data(), t.data(), out.size_bytes(), cudaMemcpyDeviceToHost, stream_->s), "to_host");
+    check(cudaStreamSynchronize(stream_->s), "to_host: cudaStreamSynchronize");
+  }
+
+  void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) override {
+    if (out.size() != ids.size() * static_cast<size_t>(dim)) throw std::invalid_argument("embed: output size mismatch");
+    const int32_t* d = ints_.write(ids, stream_->s);
+    cuda_ops::embed(table.data(), dim, d, static_cast<int>(ids.size()), out.data(), stream_->s);
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.size() != dst.size()) throw std::invalid_argument("copy: size mismatch");
+    check(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_->s),
+          "copy");
+  }
+  void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) override {
+    if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
+        y.size() != static_cast<size_t>(n) * out)
+      throw std::invalid_argument("matmul: shape mismatch");
+    // Row-major y[n][out] is column-major y^T[out][n] = W[out][in] x^T, W read transposed.
+    const float one = 1.0f, zero = 0.0f;
+    check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.data(), in, x.data(), in, &zero,
+                           y.data(), out),
+               "cublasSgemm");
+  }
+  void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
+    if (rows * static_cast<size_t>(dim) > x.size()) throw std::invalid_argument("rmsnorm: shape mismatch");
+    cuda_ops::rmsnorm(x.data(), rows, dim, w.data(), eps, stream_->s);
+  }
+  void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) override {
+    std::vector<uint32_t> pos;
+    for (const SeqRows& s : seqs)
+      for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
+    if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size()) throw std::invalid_argument("rope: shape mismatch");
+    const uint32_t* d = positions_.write(pos, stream_->s);
+    cuda_ops::rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, d, inv_freq_.get(), stream_->s);
+  }
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    if (gate.size() != out.size() || up.size() != out.size()) throw std::invalid_argument("swiglu: size mismatch");
+    cuda_ops::swiglu(gate.data(), up.data(), out.data(), out.size(), stream_->s);
+  }
+  void add(Tensor& x, const Tensor& y) override {
+    if (x.size() != y.size()) throw std::invalid_argument("add: size mismatch");
+    cuda_ops::add(x.data(), y.data(), x.size(), stream_->s);
+  }
+  void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) override {
+    if (out.size() != rows.size() * static_cast<size_t>(dim)) throw std::invalid_argument("gather_rows: size mismatch");
+    std::vector<int32_t> r(rows.begin(), rows.end());
+    const int32_t* d = ints_.write(r, stream_->s);
+    cuda_ops::gather_rows(x.data(), dim, d, static_cast<int>(r.size()), out.data(), stream_->s);
+  }
+
+  std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) override {
+    return std::make_unique<cache::KvStore>(cfg, std::make_unique<DevicePageStorage>(cfg, stream_));
+  }
+
+  void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+                 const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
+                 std::vector<std::vector<float>>* page_scores, float score_weight) override;
+
+  const cuda::DecodeStats& last_stats() const { return stats_; }
+
+ private:
+  void ensure_workspace(const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
+
+  std::shared_ptr<Stream> stream_;
+  cublasHandle_t blas_ = nullptr;
+  std::string name_;
+  int head_dim_ = 0;
+  cuda::DeviceArray<float> inv_freq_;
+  DeviceScratch<int32_t> ints_;
+  DeviceScratch<uint32_t> positions_;
+  DeviceScratch<cuda::AppendSlot> slots_;
+  DeviceScratch<float> merged_m_, merged_l_, page_m_, page_l_;
+  std::unique_ptr<cuda::DecodeWorkspace> ws_;
+  cudaEvent_t plan_consumed_ = nullptr;  // the last staged plan has reached the device
+  cuda::DecodeStats stats_;
+};
+
+void CudaBackend::ensure_workspace(const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
+  const int splits = static_cast<int>(plan.splits.size()), entries = static_cast<int>(plan.entries.size());
+  const bool same_shape = ws_ && ws_->shape().q_heads == shape.q_heads && ws_->shape().kv_heads == shape.kv_heads &&
+                          ws_->shape().head_dim == shape.head_dim &&
+                          ws_->shape().tokens_per_page == shape.tokens_per_page;
+  if (same_shape && plan.batch <= ws_->max_batch() && splits <= ws_->max_splits() && entries <= ws_->max_entries())
+    return;
+  // The old workspace may still be read by queued kernels.
+  check(cudaStreamSynchronize(stream_->s), "workspace resize");
+  auto grow = [&](int need, int have) { return std::max({need, same_shape ? have * 2 : 0, 64}); };
+  ws_ = std::make_unique<cuda::DecodeWorkspace>(shape, grow(plan.batch, ws_ ? ws_->max_batch() : 0),
+                                                grow(splits, ws_ ? ws_->max_splits() : 0),
+                                                grow(entries, ws_ ? ws_->max_entries() : 0));
+}
+
+void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+                            const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
+                            std::vector<std::vector<float>>* page_scores, float score_weight) {
+  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
+  if (!dev)
+    throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
+  const auto& sc = store.config();
+  const int B = sc.tokens_per_page;
+  const auto views = dev->pool().views();
+
+  // 1. Quantize the chunk's K/V into its pages.
+  std::vector<cuda::AppendSlot> slots;
+  for (const SeqRows& s : seqs) {
+    const auto claimed = store.claim_layer_slots(s.seq, layer);
+    for (const auto& c : claimed) slots.push_back({c.page.id, c.token});
+  }
+  const auto* slots_d = slots_.write(slots, stream_->s);
+  cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
+                      static_cast<int>(slots.size()), stream_->s);
+
+  // 2. One decode item per query row, over the pages its position may see.
+  std::vector<std::vector<cuda::PageRef>> items;
+  std::vector<size_t> pages_of_seq;
+  // Held until the launch is queued; after it, any rewrite of these pages is queued behind the launch.
+  std::vector<cache::PinnedSequence> pins;
+  for (const SeqRows& s : seqs) {
+    pins.push_back(store.pin(s.seq));
+    const auto& rows = pins.back().rows();
+    for (int t = 0; t < s.n; ++t) {
+      const size_t pos = s.first + static_cast<size_t>(t), npages = pos / B + 1;
+      std::vector<cuda::PageRef> refs(npages);
+      for (size_t p = 0; p < npages; ++p) {
+        const cache::PageEntry e = rows[p][layer];
+        refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
+      }
+      items.push_back(std::move(refs));
+    }
+    pages_of_seq.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
+  }
+  cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
+  const cuda::DecodePlan plan = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
+  ensure_workspace(shape, plan);
+  // stage() rewrites the pinned plan buffer, which the previous launch copies from asynchronously.
+  check(cudaEventSynchronize(plan_consumed_), "cudaEventSynchronize");
+  ws_->stage(plan, views);
+  cuda::DecodeBuffers io;
+  io.q = q.data();
+  io.signs = dev->signs(layer);
+  io.out = out.data();
+  const size_t qh = static_cast<size_t>(q_heads);
+  if (page_scores) {
+    io.m = merged_m_.reserve(plan.batch * qh);
+    io.l = merged_l_.reserve(plan.batch * qh);
+    io.page_m = page_m_.reserve(plan.entries.size() * qh);
+    io.page_l = page_l_.reserve(plan.entries.size() * qh);
+  }
+  ws_->launch(views, io, stream_->s);
+  check(cudaEventRecord(plan_consumed_, stream_->s), "cudaEventRecord");
+  pins.clear();
+  stats_ = ws_->stats();
+  if (!page_scores) return;
+
+  // 3. Page scores from the kernel's own per-page partials, as the CPU path computes them.
+  std::vector<float> m(plan.batch * qh), l(m.size()), pm(plan.entries.size() * qh), pl(pm.size());
+  check(cudaMemcpyAsync(m.data(), io.m, m.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
+  check(cudaMemcpyAsync(l.data(), io.l, l.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
+  check(cudaMemcpyAsync(pm.data(), io.page_m, pm.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
+  check(cudaMemcpyAsync(pl.data(), io.page_l, pl.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
+  check(cudaStreamSynchronize(stream_->s), "scores");
+  // Item (query row) -> its sequence and row inside the sequence.
+  std::vector<std::pair<size_t, int>> owner;
+  std::vector<attention::PagePartials> parts(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    auto& p = parts[i];
+    p.pages = static_cast<int>(pages_of_seq[i]);
+    p.q_heads = q_heads;
+    p.queries = seqs[i].n;
+    p.m_page.assign(static_cast<size_t>(p.queries) * p.pages * qh, -INFINITY);
+    p.l_page.assign(p.m_page.size(), 0.0f);
+    p.m.assign(static_cast<size_t>(p.queries) * qh, 0.0f);
+    p.l.assign(p.m.size(), 0.0f);
+    for (int t = 0; t < seqs[i].n; ++t) {
+      const size_t item = owner.size();
+      std::copy_n(m.begin() + item * qh, qh, p.m.begin() + t * qh);
+      std::copy_n(l.begin() + item * qh, qh, p.l.begin() + t * qh);
+      owner.emplace_back(i, t);
+    }
+  }
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const auto [i, t] = owner[plan.entries[e].seq];
+    auto& p = parts[i];
+    const size_t at = (static_cast<size_t>(t) * p.pages + plan.entries[e].logical) * qh;
+    std::copy_n(pm.begin() + e * qh, qh, p.m_page.begin() + at);
+    std::copy_n(pl.begin() + e * qh, qh, p.l_page.begin() + at);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto r = attention::page_scores(parts[i]);
+    auto& acc = (*page_scores)[i];
+    if (acc.size() < r.size()) acc.resize(r.size(), 0.0f);
+    for (size_t p = 0; p < r.size(); ++p) acc[p] += r[p] * score_weight;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig& cfg) {
+  return std::make_unique<CudaBackend>(cfg);
+}
+
+bool cuda_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+}  // namespace minimakv::backend

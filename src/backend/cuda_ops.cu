@@ -1,0 +1,113 @@
+#include "cuda_ops.h"
+
+#include "minimakv/cuda/device_memory.h"
+
+namespace minimakv::backend::cuda_ops {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
+
+__global__ void embed_kernel(const float* table, int dim, const int32_t* ids, float* out) {
+  const float* src = table + static_cast<size_t>(ids[blockIdx.x]) * dim;
+  float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+// One block per row; the sum of squares in fp32, reduced through shared memory.
+__global__ void rmsnorm_kernel(float* x, int dim, const float* w, float eps) {
+  __shared__ float partial[kThreads];
+  float* row = x + static_cast<size_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
+  partial[threadIdx.x] = ss;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) row[i] = row[i] * inv * w[i];
+}
+
+// One thread per (row, head, i < half). The angle is an fp32 product, as transformers computes it; its
+// cosine and sine are taken in double and rounded, as the CPU backend does.
+__global__ void rope_kernel(float* x, int rows, int heads, int head_dim, const uint32_t* positions,
+                            const float* inv_freq) {
+  const int half = head_dim / 2;
+  const size_t n = static_cast<size_t>(rows) * heads * half;
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  const int i = static_cast<int>(t % half);
+  const size_t rh = t / half;  // row * heads + head
+  const int row = static_cast<int>(rh / heads);
+  const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq[i]);
+  const auto c = static_cast<float>(cos(static_cast<double>(angle)));
+  const auto s = static_cast<float>(sin(static_cast<double>(angle)));
+  float* v = x + rh * head_dim;
+  const float a = v[i], b = v[i + half];
+  v[i] = a * c - b * s;
+  v[i + half] = b * c + a * s;
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void gather_kernel(const float* x, int dim, const int32_t* rows, float* out) {
+  const float* src = x + static_cast<size_t>(rows[blockIdx.x]) * dim;
+  float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+}  // namespace
+
+void embed(const float* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
+  if (rows == 0) return;
+  embed_kernel<<<rows, kThreads, 0, s>>>(table, dim, ids, out);
+  cuda::check(cudaGetLastError(), "embed");
+}
+
+void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s) {
+  if (rows == 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, dim, w, eps);
+  cuda::check(cudaGetLastError(), "rmsnorm");
+}
+
+void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions, const float* inv_freq,
+          cudaStream_t s) {
+  const size_t n = static_cast<size_t>(rows) * heads * (head_dim / 2);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, rows, heads, head_dim, positions, inv_freq);
+  cuda::check(cudaGetLastError(), "rope");
+}
+
+void swiglu(const float* gate, const float* up, float* out, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, n);
+  cuda::check(cudaGetLastError(), "swiglu");
+}
+
+void add(float* x, const float* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  cuda::check(cudaGetLastError(), "add");
+}
+
+void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s) {
+  if (n == 0) return;
+  gather_kernel<<<n, kThreads, 0, s>>>(x, dim, rows, out);
+  cuda::check(cudaGetLastError(), "gather_rows");
+}
+
+}  // namespace minimakv::backend::cuda_ops

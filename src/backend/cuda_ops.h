@@ -1,0 +1,21 @@
+// Elementwise and row-wise operators of the CUDA backend (fp32), queued on the caller's stream.
+// Private to the backend; shapes are checked by the caller.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace minimakv::backend::cuda_ops {
+
+void embed(const float* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s);
+void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s);
+// positions: [rows]; inv_freq: [head_dim / 2].
+void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions, const float* inv_freq,
+          cudaStream_t s);
+void swiglu(const float* gate, const float* up, float* out, size_t n, cudaStream_t s);
+void add(float* x, const float* y, size_t n, cudaStream_t s);
+void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s);
+
+}  // namespace minimakv::backend::cuda_ops
