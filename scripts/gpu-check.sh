@@ -14,7 +14,7 @@ if [[ -z "${BUILD:-}" ]]; then
   cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench
   BUILD=build/gpu
 fi
-[[ -d "$BUILD/runtime-libs" ]] && export LD_LIBRARY_PATH="$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+source scripts/gpu-env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
 date -u +"%Y-%m-%d %H:%M UTC" | tee -a "$OUT/gpu.txt"
 

@@ -34,16 +34,20 @@ void fill_defaults(EvalCmdOptions& o) {
 int run_eval(EvalCmdOptions o) {
   fill_defaults(o);
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = engine::Model::load(o.model);
+  auto model = engine::Model::load(o.model, backend::parse_device(o.device));
   const unsigned threads =
       o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
   attention::ThreadPool pool(threads);
-  nlohmann::json j = {{"model", o.model}, {"seed", o.seed}, {"threads", threads}, {"quick", o.quick}};
+  const std::string where = model->backend().device() == backend::Device::kCuda
+                                ? "GPU " + model->backend().describe()
+                                : std::to_string(threads) + " CPU threads";
+  nlohmann::json j = {{"model", o.model},   {"seed", o.seed},    {"threads", threads},
+                      {"quick", o.quick},   {"device", o.device}, {"device_name", model->backend().describe()}};
   std::string md = fmt::format(
-      "Model `{}`, seed {}, {} CPU threads. Compression happens during prefill: every arm prefills "
+      "Model `{}`, seed {}, {}. Compression happens during prefill: every arm prefills "
       "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
       "its tiers when the question is read.\n\nArms:\n",
-      o.model, o.seed, threads, o.prefill_chunk);
+      o.model, o.seed, where, o.prefill_chunk);
   for (const auto& a : o.arms)
     md += "- `" + a + "`: " + eval::make_arm(a, o.page_size, o.prefill_chunk).describe() + "\n";
   const bool all = o.what == "all";

@@ -11,6 +11,7 @@ struct EvalCmdOptions {
   std::string what = "all";  // niah | kl | memory | all
   std::string model = "models/minima-qwen3-23m";
   std::string data = "data";
+  std::string device = "cpu";
   std::vector<std::string> tasks;
   std::vector<int> lengths;
   int examples = 0;

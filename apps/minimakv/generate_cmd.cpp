@@ -2,7 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -10,10 +13,26 @@ namespace minimakv::app {
 
 namespace {
 
+// Median, min and max of the decode steps' wall times, in milliseconds.
+void add_step_times(nlohmann::json& j, std::vector<double> t) {
+  if (t.empty()) return;
+  std::sort(t.begin(), t.end());
+  j["step_ms"] = {{"median", 1e3 * t[t.size() / 2]}, {"min", 1e3 * t.front()}, {"max", 1e3 * t.back()},
+                  {"steps", t.size()}};
+}
+
+void add_attention_stats(nlohmann::json& j, const backend::AttentionStats& s) {
+  if (s.calls == 0) return;
+  j["attention"] = {{"calls", s.calls},
+                    {"routes", s.routes},
+                    {"bytes_read", {{"bf16", s.bytes_read[0]}, {"fp8", s.bytes_read[1]}, {"tq3", s.bytes_read[2]}}},
+                    {"dense_shadow_bytes", s.dense_shadow_bytes},
+                    {"fallbacks", s.fallbacks}};
+}
+
 // --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
-int run_batch(const engine::Model& model, const std::vector<int32_t>& first, const GenerateCmdOptions& opt,
+int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt,
               attention::ThreadPool& pool) {
-  std::vector<std::vector<int32_t>> prompts{first};
   for (const auto& p : opt.batch_prompts) prompts.push_back(model.tokenizer().encode(p));
   for (const auto& p : prompts)
     if (p.empty() || p.size() + static_cast<size_t>(opt.gen.max_new_tokens) >
@@ -27,15 +46,19 @@ int run_batch(const engine::Model& model, const std::vector<int32_t>& first, con
   if (opt.json) {
     nlohmann::json j;
     j["kv"] = opt.kv;
+    j["device"] = model.backend().describe();
+    j["batch"] = rs.size();
     for (size_t i = 0; i < rs.size(); ++i)
       j["results"].push_back({{"prompt_tokens", prompts[i].size()},
                               {"tokens", rs[i].tokens},
                               {"text", model.tokenizer().decode(rs[i].tokens)},
                               {"prefill_s", rs[i].prefill_seconds}});
     j["decode_s"] = rs[0].decode_seconds;
+    add_step_times(j, rs[0].step_seconds);
     j["decode_tokens_per_s"] = static_cast<double>(generated) / rs[0].decode_seconds;
     j["kv_bytes_per_token"] = a.bytes_per_live_token();
     j["reconciled"] = a.reconciled;
+    add_attention_stats(j, model.backend().attention_stats());
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -52,8 +75,6 @@ int run_batch(const engine::Model& model, const std::vector<int32_t>& first, con
 }  // namespace
 
 int run_generate(GenerateCmdOptions opt) {
-  if (opt.device != "cpu")
-    throw std::invalid_argument("generate: device '" + opt.device + "' is not available (cpu only so far)");
   if (opt.kv == "bf16")
     opt.gen.mode = cache::KvMode::kBf16;
   else if (opt.kv == "fp8")
@@ -62,17 +83,45 @@ int run_generate(GenerateCmdOptions opt) {
     opt.gen.mode = cache::KvMode::kMinima;
   else
     throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
-  const auto model = engine::Model::load(opt.model);
-  const auto ids = model->tokenizer().encode(opt.prompt);
+  const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device));
+  if (opt.prompt.empty() == opt.prompt_file.empty())
+    throw std::invalid_argument("generate: give exactly one of --prompt and --prompt-file");
+  std::string text = opt.prompt;
+  if (!opt.prompt_file.empty()) {
+    std::ifstream f(opt.prompt_file, std::ios::binary);
+    if (!f) throw std::invalid_argument("generate: cannot read " + opt.prompt_file);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  if (opt.prompt_tokens > 0) {  // about 4 bytes per token: encode only what the prompts can use
+    const size_t need = (opt.prompt_tokens + 997 * static_cast<size_t>(opt.batch)) * 8;
+    if (text.size() > need) text.resize(need);
+  }
+  const auto encoded = model->tokenizer().encode(text);
+  if (encoded.empty()) throw std::invalid_argument("generate: the prompt encodes to no tokens");
+  // Prompt i starts 997 i tokens into the text, cut or repeated cyclically to --prompt-tokens.
+  auto prompt_at = [&](size_t i) {
+    if (opt.prompt_tokens == 0 && i == 0) return encoded;
+    const size_t n = opt.prompt_tokens ? opt.prompt_tokens : encoded.size();
+    std::vector<int32_t> p(n);
+    for (size_t t = 0; t < n; ++t) p[t] = encoded[(997 * i + t) % encoded.size()];
+    return p;
+  };
+  const auto ids = prompt_at(0);
   if (ids.size() + static_cast<size_t>(opt.gen.max_new_tokens) >
       static_cast<size_t>(model->config().max_position_embeddings))
     throw std::invalid_argument("generate: prompt of " + std::to_string(ids.size()) + " tokens plus " +
                                 std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
                                 std::to_string(model->config().max_position_embeddings));
   attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
-  if (!opt.batch_prompts.empty()) return run_batch(*model, ids, opt, pool);
+  if (opt.ignore_eos) opt.gen.stop_ids = {-1};  // no token id matches
+  if (opt.batch < 1) throw std::invalid_argument("generate: --batch must be at least 1");
+  if (!opt.batch_prompts.empty() || opt.batch > 1) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < opt.batch; ++i) prompts.push_back(prompt_at(static_cast<size_t>(i)));
+    return run_batch(*model, std::move(prompts), opt, pool);
+  }
   if (!opt.json) {
-    fmt::print(stderr, "prompt: {} tokens, kv {}\n", ids.size(), opt.kv);
+    fmt::print(stderr, "prompt: {} tokens, kv {}, device {}\n", ids.size(), opt.kv, model->backend().describe());
     opt.gen.on_prefill_progress = [](size_t done, size_t total) {
       fmt::print(stderr, "\rprefill {}/{} tokens", done, total);
       if (done == total) fmt::print(stderr, "\n");
@@ -96,12 +145,15 @@ int run_generate(GenerateCmdOptions opt) {
     j["tokens"] = r.tokens;
     j["text"] = model->tokenizer().decode(r.tokens);
     j["kv"] = opt.kv;
+    j["device"] = model->backend().describe();
     j["prefill_tokens_per_s"] = static_cast<double>(ids.size()) / r.prefill_seconds;
     j["decode_tokens_per_s"] = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+    add_step_times(j, r.step_seconds);
     for (int t = 0; t < 3; ++t) j["kv_bytes_by_tier"][tiers[t]] = a.tier_bytes[t];
     j["kv_bytes_per_token"] = a.bytes_per_live_token();
     j["block_table_bytes"] = a.block_table_bytes;
     j["reconciled"] = a.reconciled;
+    add_attention_stats(j, model->backend().attention_stats());
     if (opt.prompt_logits) {
       const auto store = model->make_store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
       j["prompt_logits"] = model->forward(*store, store->create_sequence(), ids, &pool);
@@ -114,6 +166,14 @@ int run_generate(GenerateCmdOptions opt) {
         static_cast<double>(ids.size()) / r.prefill_seconds,
         r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0, a.tier_bytes[0],
         a.tier_bytes[1], a.tier_bytes[2], a.bytes_per_live_token(), a.reconciled ? "yes" : "NO");
+    const auto st = model->backend().attention_stats();
+    if (st.calls) {
+      std::string routes;
+      for (const auto& [name, n] : st.routes) routes += fmt::format("{}{} {}", routes.empty() ? "" : ", ", name, n);
+      fmt::print("attention on {}: {} calls ({}); read bf16 {} fp8 {} tq3 {} bytes; dense copies {} bytes, fallbacks {}\n",
+                 model->backend().describe(), st.calls, routes, st.bytes_read[0], st.bytes_read[1], st.bytes_read[2],
+                 st.dense_shadow_bytes, st.fallbacks);
+    }
   }
   return 0;
 }

@@ -48,13 +48,17 @@ int main(int argc, char** argv) {
   auto* gen =
       app.add_subcommand("generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode");
   gen->add_option("--model", go.model, "model directory (config.json, tokenizer.json, safetensors)");
-  gen->add_option("--prompt", go.prompt, "prompt text")->required();
+  gen->add_option("--prompt", go.prompt, "prompt text");
+  gen->add_option("--prompt-file", go.prompt_file, "read the prompt from this file");
+  gen->add_option("--prompt-tokens", go.prompt_tokens, "cut or cyclically repeat the prompt to this many tokens");
+  gen->add_option("--batch", go.batch, "decode this many prompts together, each starting further into the text")
+      ->check(CLI::Range(1, 4096));
   gen->add_option("--also", go.batch_prompts, "further prompts, decoded together with the first (batched decode)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")
       ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
-  gen->add_option("--device", go.device, "cpu");
+  gen->add_option("--device", go.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   gen->add_option("--max-tokens", go.gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   gen->add_option("--page-size", go.gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
   gen->add_option("--prefill-chunk", go.gen.prefill_chunk, "prompt tokens per prefill chunk")
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", go.gen.top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", go.gen.seed, "sampling seed");
   gen->add_flag("--json", go.json, "machine-readable output");
+  gen->add_flag("--ignore-eos", go.ignore_eos, "generate --max-tokens tokens even past an end-of-sequence token");
   gen->add_flag("--prompt-logits", go.prompt_logits, "with --json: include the logits after the prompt");
 
   gen->add_flag("--scoring", go.gen.controller.scoring, "feed attention page scores to the controller (minima)");
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
   ev->add_option("--gen-budget", eo.gen_budget, "answer tokens reserved inside each length")
       ->check(CLI::Range(1, 4096));
   ev->add_option("--threads", eo.threads, "CPU threads (default: all)");
+  ev->add_option("--device", eo.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   ev->add_option("--kl-lengths", eo.kl_lengths, "KL window lengths")->delimiter(',');
   ev->add_option("--kl-windows", eo.kl_windows, "KL windows per length")->check(CLI::Range(1, 100000));
   ev->add_option("--kl-score-tokens", eo.kl_score_tokens, "scored positions at the end of each window");

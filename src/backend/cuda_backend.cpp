@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 #include "cuda_ops.h"
@@ -120,10 +121,11 @@ class DevicePageStorage final : public cache::PageStorage {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const model::ModelConfig& cfg) : stream_(std::make_shared<Stream>()) {
+  explicit CudaBackend(const model::ModelConfig& cfg) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
-      throw std::runtime_error("the CUDA backend needs a GPU, and none is visible");
+      throw std::runtime_error("the CUDA backend needs a GPU, and none is usable here");
+    stream_ = std::make_shared<Stream>();
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     name_ = prop.name;
@@ -134,12 +136,14 @@ class CudaBackend final : public Backend {
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
     head_dim_ = static_cast<int>(cfg.head_dim);
-    check(cudaEventCreateWithFlags(&plan_consumed_, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventRecord(plan_consumed_, stream_->s), "cudaEventRecord");
+    for (auto& e : plan_consumed_) {
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      check(cudaEventRecord(e, stream_->s), "cudaEventRecord");
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_->s);
-    cudaEventDestroy(plan_consumed_);
+    for (auto& e : plan_consumed_) cudaEventDestroy(e);
     cublasDestroy(blas_);
   }
 
@@ -221,10 +225,10 @@ class CudaBackend final : public Backend {
                  const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
                  std::vector<std::vector<float>>* page_scores, float score_weight) override;
 
-  const cuda::DecodeStats& last_stats() const { return stats_; }
+  AttentionStats attention_stats() const override { return stats_; }
 
  private:
-  void ensure_workspace(const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
+  cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
 
   std::shared_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;
@@ -235,24 +239,48 @@ class CudaBackend final : public Backend {
   DeviceScratch<uint32_t> positions_;
   DeviceScratch<cuda::AppendSlot> slots_;
   DeviceScratch<float> merged_m_, merged_l_, page_m_, page_l_;
-  std::unique_ptr<cuda::DecodeWorkspace> ws_;
-  cudaEvent_t plan_consumed_ = nullptr;  // the last staged plan has reached the device
-  cuda::DecodeStats stats_;
+  // Two workspaces used in turn, so the host plans layer l + 1 while layer l's plan is still being
+  // copied to the device; plan_consumed_[i] marks when workspace i's staged plan has been copied.
+  std::array<std::unique_ptr<cuda::DecodeWorkspace>, 2> ws_;
+  std::array<cudaEvent_t, 2> plan_consumed_{};
+  int turn_ = 0;
+  AttentionStats stats_;
+  // The last plan built, and what it was built for.
+  struct PlanKey {
+    struct Rows {
+      cache::SeqId seq;
+      uint32_t first;
+      int n;
+      bool operator==(const Rows&) const = default;
+    };
+    std::vector<Rows> rows;
+    std::vector<cache::PageFormat> formats;  // of every page the rows see, sequence by sequence
+    bool granular = false;
+    int q_heads = 0;
+    bool operator==(const PlanKey&) const = default;
+  };
+  PlanKey plan_key_;
+  const cache::KvStore* store_of_plan_ = nullptr;
+  cuda::DecodePlan plan_;
+  std::vector<uint32_t> item_seq_;  // plan item (query row) -> index into the call's sequences
 };
 
-void CudaBackend::ensure_workspace(const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
+cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape,
+                                              const cuda::DecodePlan& plan) {
+  auto& ws = ws_[turn];
   const int splits = static_cast<int>(plan.splits.size()), entries = static_cast<int>(plan.entries.size());
-  const bool same_shape = ws_ && ws_->shape().q_heads == shape.q_heads && ws_->shape().kv_heads == shape.kv_heads &&
-                          ws_->shape().head_dim == shape.head_dim &&
-                          ws_->shape().tokens_per_page == shape.tokens_per_page;
-  if (same_shape && plan.batch <= ws_->max_batch() && splits <= ws_->max_splits() && entries <= ws_->max_entries())
-    return;
+  const bool same_shape = ws && ws->shape().q_heads == shape.q_heads && ws->shape().kv_heads == shape.kv_heads &&
+                          ws->shape().head_dim == shape.head_dim &&
+                          ws->shape().tokens_per_page == shape.tokens_per_page;
+  if (same_shape && plan.batch <= ws->max_batch() && splits <= ws->max_splits() && entries <= ws->max_entries())
+    return *ws;
   // The old workspace may still be read by queued kernels.
   check(cudaStreamSynchronize(stream_->s), "workspace resize");
   auto grow = [&](int need, int have) { return std::max({need, same_shape ? have * 2 : 0, 64}); };
-  ws_ = std::make_unique<cuda::DecodeWorkspace>(shape, grow(plan.batch, ws_ ? ws_->max_batch() : 0),
-                                                grow(splits, ws_ ? ws_->max_splits() : 0),
-                                                grow(entries, ws_ ? ws_->max_entries() : 0));
+  ws = std::make_unique<cuda::DecodeWorkspace>(shape, grow(plan.batch, ws ? ws->max_batch() : 0),
+                                               grow(splits, ws ? ws->max_splits() : 0),
+                                               grow(entries, ws ? ws->max_entries() : 0));
+  return *ws;
 }
 
 void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
@@ -275,31 +303,48 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
                       static_cast<int>(slots.size()), stream_->s);
 
-  // 2. One decode item per query row, over the pages its position may see.
-  std::vector<std::vector<cuda::PageRef>> items;
-  std::vector<size_t> pages_of_seq;
-  // Held until the launch is queued; after it, any rewrite of these pages is queued behind the launch.
-  std::vector<cache::PinnedSequence> pins;
+  // 2. One decode item per query row, over the pages its position may see. The layers of one forward
+  // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
+  // plan is built once and later layers only patch in their page ids.
+  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
+  PlanKey key{{}, {}, page_scores != nullptr, q_heads};
   for (const SeqRows& s : seqs) {
     pins.push_back(store.pin(s.seq));
+    key.rows.push_back({s.seq, s.first, s.n});
     const auto& rows = pins.back().rows();
-    for (int t = 0; t < s.n; ++t) {
-      const size_t pos = s.first + static_cast<size_t>(t), npages = pos / B + 1;
-      std::vector<cuda::PageRef> refs(npages);
-      for (size_t p = 0; p < npages; ++p) {
-        const cache::PageEntry e = rows[p][layer];
-        refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
-      }
-      items.push_back(std::move(refs));
-    }
-    pages_of_seq.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
+    const size_t npages = (s.first + static_cast<size_t>(s.n) - 1) / B + 1;
+    for (size_t p = 0; p < npages; ++p) key.formats.push_back(rows[p][layer].format);
   }
-  cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
-  const cuda::DecodePlan plan = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
-  ensure_workspace(shape, plan);
-  // stage() rewrites the pinned plan buffer, which the previous launch copies from asynchronously.
-  check(cudaEventSynchronize(plan_consumed_), "cudaEventSynchronize");
-  ws_->stage(plan, views);
+  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
+  if (!(key == plan_key_) || store_of_plan_ != &store) {
+    std::vector<std::vector<cuda::PageRef>> items;
+    item_seq_.clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SeqRows& s = seqs[i];
+      const auto& rows = pins[i].rows();
+      for (int t = 0; t < s.n; ++t) {
+        const size_t pos = s.first + static_cast<size_t>(t), npages = pos / B + 1;
+        std::vector<cuda::PageRef> refs(npages);
+        for (size_t p = 0; p < npages; ++p) {
+          const cache::PageEntry e = rows[p][layer];
+          refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
+        }
+        items.push_back(std::move(refs));
+        item_seq_.push_back(static_cast<uint32_t>(i));
+      }
+    }
+    plan_ = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
+    plan_key_ = std::move(key);
+    store_of_plan_ = &store;
+  } else {
+    for (auto& e : plan_.entries) e.page_id = pins[item_seq_[e.seq]].rows()[e.logical][layer].id;
+  }
+  const cuda::DecodePlan& plan = plan_;
+  turn_ ^= 1;
+  // stage() rewrites the pinned plan buffer, which the launch before last copied from asynchronously.
+  check(cudaEventSynchronize(plan_consumed_[turn_]), "cudaEventSynchronize");
+  cuda::DecodeWorkspace& ws = workspace(turn_, shape, plan);
+  ws.stage(plan, views);
   cuda::DecodeBuffers io;
   io.q = q.data();
   io.signs = dev->signs(layer);
@@ -311,10 +356,15 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     io.page_m = page_m_.reserve(plan.entries.size() * qh);
     io.page_l = page_l_.reserve(plan.entries.size() * qh);
   }
-  ws_->launch(views, io, stream_->s);
-  check(cudaEventRecord(plan_consumed_, stream_->s), "cudaEventRecord");
+  ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
+  check(cudaEventRecord(plan_consumed_[turn_], stream_->s), "cudaEventRecord");
   pins.clear();
-  stats_ = ws_->stats();
+  const cuda::DecodeStats& st = ws.stats();
+  ++stats_.calls;
+  ++stats_.routes[st.route];
+  for (int f = 0; f < codec::kNumPageFormats; ++f) stats_.bytes_read[f] += st.bytes_read[f];
+  stats_.dense_shadow_bytes += st.dense_shadow_bytes;
+  stats_.fallbacks += st.fallbacks;
   if (!page_scores) return;
 
   // 3. Page scores from the kernel's own per-page partials, as the CPU path computes them.
@@ -329,7 +379,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   std::vector<attention::PagePartials> parts(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     auto& p = parts[i];
-    p.pages = static_cast<int>(pages_of_seq[i]);
+    p.pages = static_cast<int>((seqs[i].first + static_cast<size_t>(seqs[i].n) - 1) / B + 1);
     p.q_heads = q_heads;
     p.queries = seqs[i].n;
     p.m_page.assign(static_cast<size_t>(p.queries) * p.pages * qh, -INFINITY);

@@ -481,6 +481,7 @@ __global__ void merge_kernel(StepParams p) {
 
 template <int F, int D, int GM>
 void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
+  if (max_splits == 0) return;
   constexpr size_t bytes = SplitSmem<F, D, GM>::kBytes;
   static const bool configured = [] {
     check(cudaFuncSetAttribute(decode_split_kernel<F, D, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -493,26 +494,28 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
 }
 
 template <int D, int GM>
-void launch_split(const StepParams& p, int max_splits, cudaStream_t st) {
-  launch_format<0, D, GM>(p, max_splits, st);
-  launch_format<1, D, GM>(p, max_splits, st);
-  launch_format<2, D, GM>(p, max_splits, st);
+void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStream_t st) {
+  launch_format<0, D, GM>(p, splits[0], st);
+  launch_format<1, D, GM>(p, splits[1], st);
+  launch_format<2, D, GM>(p, splits[2], st);
 }
 
+// Grids: `batch` rows for the rotation and the merge, splits[f] CTAs (per KV head) for format f. CTAs
+// past the staged plan's counts exit at once, so capacity-sized grids (graph replay) are correct too.
 template <int D>
-void launch_all(const StepParams& p, int max_batch, int max_splits, cudaStream_t st) {
-  rotate_queries_kernel<D><<<dim3(max_batch, p.q_heads), D, 0, st>>>(p);
+void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits, cudaStream_t st) {
+  rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
   if (p.group == 1)
-    launch_split<D, 1>(p, max_splits, st);
+    launch_split<D, 1>(p, splits, st);
   else if (p.group == 2)
-    launch_split<D, 2>(p, max_splits, st);
+    launch_split<D, 2>(p, splits, st);
   else if (p.group <= 4)
-    launch_split<D, 4>(p, max_splits, st);
+    launch_split<D, 4>(p, splits, st);
   else if (p.group <= 6)
-    launch_split<D, 6>(p, max_splits, st);
+    launch_split<D, 6>(p, splits, st);
   else
-    launch_split<D, 8>(p, max_splits, st);
-  merge_kernel<D><<<dim3(max_batch, p.q_heads), D, 0, st>>>(p);
+    launch_split<D, 8>(p, splits, st);
+  merge_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
 }
 
 void require(bool ok, const std::string& what) {
@@ -655,16 +658,36 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
     std::memcpy(blob + off_entry_, plan.entries.data(), plan.entries.size() * sizeof(PlanEntry));
   stats_ = st;
   page_granular_ = granular;
+  staged_batch_ = plan.batch;
+  staged_entries_ = st.entries;
+  for (int f = 0; f < codec::kNumPageFormats; ++f)
+    staged_splits_[f] = plan.seq_split_begin[f * (plan.batch + 1) + plan.batch] - plan.seq_split_begin[f * (plan.batch + 1)];
 }
 
-void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream) const {
+void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
+                             LaunchSize size) const {
   require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");
   require(io.page_m == nullptr || page_granular_,
           "DecodeWorkspace::launch: per-page (m, l) needs a page-granular plan (make_decode_plan(..., page_granular = "
           "true))");
-  check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, stream),
-        "DecodeWorkspace::launch: plan copy");
+  const bool exact = size == LaunchSize::kStaged;
+  if (exact) {  // only the parts of the blob the staged plan fills
+    const size_t parts[3][2] = {
+        {0, off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (staged_batch_ + 1)},
+        {off_split_, sizeof(PlanSplit) * static_cast<size_t>(staged_splits_[0] + staged_splits_[1] + staged_splits_[2])},
+        {off_entry_, sizeof(PlanEntry) * static_cast<size_t>(staged_entries_)}};
+    for (const auto& [off, n] : parts)
+      if (n)
+        check(cudaMemcpyAsync(plan_.get() + off, staging_.get() + off, n, cudaMemcpyHostToDevice, stream),
+              "DecodeWorkspace::launch: plan copy");
+  } else {
+    check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, stream),
+          "DecodeWorkspace::launch: plan copy");
+  }
+  const int batch = exact ? staged_batch_ : max_batch_;
+  const std::array<int, 3> splits =
+      exact ? staged_splits_ : std::array<int, 3>{max_splits_, max_splits_, max_splits_};
   StepParams p{};
   p.plan = plan_.get();
   p.off_seq = static_cast<uint32_t>(off_seq_);
@@ -688,13 +711,13 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   p.scale = shape_.softmax_scale > 0.0f ? shape_.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   switch (shape_.head_dim) {
     case 64:
-      launch_all<64>(p, max_batch_, max_splits_, stream);
+      launch_all<64>(p, batch, splits, stream);
       break;
     case 128:
-      launch_all<128>(p, max_batch_, max_splits_, stream);
+      launch_all<128>(p, batch, splits, stream);
       break;
     default:
-      launch_all<256>(p, max_batch_, max_splits_, stream);
+      launch_all<256>(p, batch, splits, stream);
       break;
   }
   check(cudaGetLastError(), "DecodeWorkspace::launch");

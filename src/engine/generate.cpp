@@ -74,8 +74,10 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
     r.tokens.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == opt.max_new_tokens) break;
+    const auto s0 = std::chrono::steady_clock::now();
     step(std::span<const int32_t>(&r.tokens.back(), 1));
     if (opt.checkpoint_interval > 0 && (i + 1) % opt.checkpoint_interval == 0) checkpoint();
+    r.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
   }
   const auto t2 = std::chrono::steady_clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -159,6 +161,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
     }
     live = std::move(still);
     if (live.empty()) break;
+    const auto s0 = std::chrono::steady_clock::now();
     std::vector<Model::SeqChunk> batch;
     for (size_t i : live) batch.push_back({seqs[i], std::span<const int32_t>(&next[i], 1)});
     std::vector<std::vector<float>> batch_scores;
@@ -169,6 +172,8 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
       if (scoring) ctl.observe(seqs[live[j]], batch_scores[j]);
     }
     if (opt.checkpoint_interval > 0 && (step + 1) % opt.checkpoint_interval == 0) checkpoint();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    for (size_t i : live) res[i].step_seconds.push_back(dt);
   }
   const double decode = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const auto acct = store.accounting();

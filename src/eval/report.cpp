@@ -112,7 +112,7 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
   // Memory and speed per arm and length, from the runs' own accounting and clocks.
   md +=
       "\nKV memory at the end of each request (all layers, block tables included; reconciled = every pool's "
-      "bytes add up), and CPU speed (median over examples):\n\n"
+      "bytes add up), and engine speed on the run's device (median over examples):\n\n"
       "| length | arm | bytes / live token | Recent KiB | Anchor KiB | Stale KiB | vs bf16 | vs fp8 | reconciled | "
       "prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (int len : lengths) {

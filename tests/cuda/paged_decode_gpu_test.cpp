@@ -27,8 +27,9 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   const int d = s.geo.head_dim, H = s.geo.kv_heads, batch = static_cast<int>(s.seqs.size());
   cuda::DecodeShape shape{q_heads, H, d, s.geo.tokens_per_page, 0.0f};
   const auto plan = cuda::make_decode_plan(s.seqs, shape, split_tokens, scores);
-  cuda::DecodeWorkspace ws(shape, batch, static_cast<int>(plan.splits.size()) + 3,
-                           static_cast<int>(plan.entries.size()) + 1);
+  // Capacity above the plan's needs: capacity-sized launches run idle CTAs, staged launches none.
+  cuda::DecodeWorkspace ws(shape, 2 * batch, 2 * static_cast<int>(plan.splits.size()) + 3,
+                           2 * static_cast<int>(plan.entries.size()) + 1);
   ws.stage(plan, s.pool->views());
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> q(static_cast<size_t>(batch) * q_heads * d);
@@ -45,7 +46,8 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
                          dl.get(),
                          scores ? dpm.get() : nullptr,
                          scores ? dpl.get() : nullptr};
-  ws.launch(s.pool->views(), io, nullptr);
+  ws.launch(s.pool->views(), io, nullptr,
+            scores ? cuda::DecodeWorkspace::LaunchSize::kStaged : cuda::DecodeWorkspace::LaunchSize::kCapacity);
   cuda::check(cudaDeviceSynchronize(), "decode");
   std::vector<float> out(q.size()), m(dm.size()), l(dm.size()), pm(dpm.size()), pl(dpm.size());
   cuda::check(cudaMemcpy(out.data(), dout.get(), dout.bytes(), cudaMemcpyDeviceToHost), "out");

@@ -12,9 +12,11 @@
 // so its pages live where the backend's kernels read them.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +53,17 @@ struct SeqRows {
   uint32_t first = 0;
 };
 
+// What attention() read, summed over the calls since the backend was made (the paper's contribution
+// 4): calls per route ("mixed", "fp8-only", "tq3-only", "dense"), bytes per page format (K and V codes
+// and metadata of the valid tokens), bytes of any dense copy made (0 on every route we have) and
+// fallbacks to a slower path (0). Backends that do not instrument their kernels report calls = 0.
+struct AttentionStats {
+  uint64_t calls = 0;
+  std::map<std::string, uint64_t> routes;
+  std::array<uint64_t, codec::kNumPageFormats> bytes_read{};
+  uint64_t dense_shadow_bytes = 0, fallbacks = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -85,6 +98,7 @@ class Backend {
   virtual void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                          const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
                          std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
+  virtual AttentionStats attention_stats() const { return {}; }
 };
 
 // The CPU backend: OpenBLAS GEMMs, Highway SIMD attention, the caller's thread pool.

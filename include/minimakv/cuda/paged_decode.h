@@ -90,8 +90,13 @@ class DecodeWorkspace {
   // Host only: validates the plan against the capacity and the shape, writes it into pinned staging
   // memory and computes the stats. Throws std::invalid_argument and keeps the previous plan on error.
   void stage(const DecodePlan& plan, const PoolViews& pools);
-  // Copies the staged plan to the device and runs the step on `stream`; capturable in a graph.
-  void launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream) const;
+  // Copies the staged plan to the device and runs the step on `stream`. kCapacity copies the whole plan
+  // buffer and sizes every grid by the capacities, so a captured graph stays valid for any later
+  // stage(); kStaged copies and launches only what the staged plan uses (eager launches: a workspace
+  // sized for long prefill chunks stays cheap for single-token decode steps).
+  enum class LaunchSize { kCapacity, kStaged };
+  void launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
+              LaunchSize size = LaunchSize::kCapacity) const;
 
   const DecodeStats& stats() const { return stats_; }
   const DecodeShape& shape() const { return shape_; }
@@ -108,6 +113,8 @@ class DecodeWorkspace {
   DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
   DecodeStats stats_;
   bool page_granular_ = false;  // every entry is read by exactly one split, from its first token
+  int staged_batch_ = 0, staged_entries_ = 0;
+  std::array<int, codec::kNumPageFormats> staged_splits_{};  // per format
 };
 
 }  // namespace minimakv::cuda

@@ -38,6 +38,7 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (stop token excluded)
   double prefill_seconds = 0, decode_seconds = 0;
+  std::vector<double> step_seconds;  // wall time of each decode forward pass (and its checkpoint)
   cache::Accounting accounting;  // at the end, before the sequence is finished
 };
 

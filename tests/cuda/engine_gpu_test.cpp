@@ -1,0 +1,184 @@
+// The engine on the CUDA backend against the CPU backend, on the shipped model: the same prompt through
+// the same tiers gives the same logits (up to fp32 reassociation and the rare FP8 rounding flip it
+// causes), the same page scores, the same KV accounting to the byte, and the same greedy text; batched
+// decode and prefix reuse behave on the GPU as on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "minimakv/engine/generate.h"
+#include "test_util.h"
+
+namespace minimakv::engine {
+namespace {
+
+// The source tree's model, or the one under the working directory when the binary runs elsewhere.
+const std::string kDir = [] {
+  const std::string src = std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m";
+  return std::filesystem::exists(src + "/config.json") ? src : std::string("models/minima-qwen3-23m");
+}();
+
+const Model& cpu_model() {
+  static const auto m = Model::load(kDir, backend::Device::kCpu);
+  return *m;
+}
+const Model& gpu_model() {
+  static const auto m = Model::load(kDir, backend::Device::kCuda);
+  return *m;
+}
+
+double rel_l2(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += std::pow(static_cast<double>(a[i]) - b[i], 2);
+    den += std::pow(static_cast<double>(b[i]), 2);
+  }
+  return std::sqrt(num / den);
+}
+
+std::string needle_prompt(const std::string& value) {
+  std::string hay;
+  for (int i = 0; i < 14; ++i)
+    hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
+  return "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
+         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " +
+         value + ".\n" + hay +
+         "What is the special magic number for vivid-lantern mentioned in the provided text? The special magic "
+         "number for vivid-lantern mentioned in the provided text is";
+}
+
+GenerateOptions small_tiers(cache::KvMode mode) {
+  GenerateOptions o;
+  o.mode = mode;
+  o.tokens_per_page = 32;
+  o.prefill_chunk = 128;
+  o.max_new_tokens = 10;
+  o.controller.recent_window = 2;
+  o.controller.anchor_budget = 0;
+  o.controller.sink_pages = 1;
+  return o;
+}
+
+// Logits: in bf16 mode the backends differ by fp32 reassociation only. In the FP8 modes a K/V element
+// whose two fp32 values straddle a rounding boundary quantizes one FP8 step apart (a 6-12% change of
+// that element), and the flips grow with the depth at which the fp32 differences have accumulated. The
+// bound there is relative to the codec's own error: per chunk, the backends must differ by less than
+// half of what FP8 itself changes against the bf16 control (measured on an H200: 0.31 for fp8, 0.38 for
+// minima on random tokens). A wrong page, position or format reaches or exceeds the codec error.
+TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model &cpu = cpu_model(), &gpu = gpu_model();
+  ASSERT_EQ(gpu.backend().device(), backend::Device::kCuda);
+  std::vector<int32_t> ids(700);
+  for (auto& t : ids) t = static_cast<int32_t>(rng() % cpu.config().vocab_size);
+  attention::ThreadPool pool(2);
+  std::vector<std::vector<float>> control;  // CPU bf16 logits per chunk
+  for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    GenerateOptions o = small_tiers(mode);
+    o.controller.scoring = mode == cache::KvMode::kMinima;
+    o.controller.anchor_budget = o.controller.scoring ? 2 : 0;
+    const auto sc = cpu.store_config(mode, o.tokens_per_page, ids.size());
+    auto cs = cpu.make_store(sc), gs = gpu.make_store(sc);
+    policy::TierController cc(o.controller), gc(o.controller);
+    const auto a = cs->create_sequence(), b = gs->create_sequence();
+    const std::vector<cache::SeqId> sa{a}, sb{b};
+    double worst_ratio = 0, worst = 0, worst_score = 0;
+    for (size_t p = 0, chunk_index = 0; p < ids.size(); p += 128, ++chunk_index) {
+      const auto chunk = std::span<const int32_t>(ids).subspan(p, std::min<size_t>(128, ids.size() - p));
+      std::vector<float> s1, s2;
+      const auto l1 = cpu.forward(*cs, a, chunk, &pool, true, &s1);
+      const auto l2 = gpu.forward(*gs, b, chunk, nullptr, true, &s2);
+      const double d = rel_l2(l2, l1);
+      worst = std::max(worst, d);
+      if (mode == cache::KvMode::kBf16) {
+        control.push_back(l1);
+      } else {
+        worst_ratio = std::max(worst_ratio, d / rel_l2(l1, control[chunk_index]));
+      }
+      ASSERT_EQ(s1.size(), s2.size());
+      for (size_t i = 0; i < s1.size(); ++i) worst_score = std::max(worst_score, std::abs(double{s1[i]} - s2[i]));
+      if (mode != cache::KvMode::kMinima) continue;
+      // The GPU's scores drive its own controller; the tiers must still agree.
+      cc.observe(a, s1);
+      gc.observe(b, s2);
+      cc.checkpoint(*cs, sa);
+      gc.checkpoint(*gs, sb);
+    }
+    RecordProperty(std::string("rel_l2_") + cache::to_string(mode), std::to_string(worst));
+    if (mode == cache::KvMode::kBf16) {
+      EXPECT_LT(worst, 5e-3);  // BF16 rounding flips too (measured up to 1.2e-3)
+    } else {
+      EXPECT_LT(worst_ratio, 0.5) << cache::to_string(mode) << " (largest rel. L2 " << worst << ")";
+    }
+    EXPECT_LT(worst_score, 1e-3) << cache::to_string(mode);
+    const auto x = cs->accounting(), y = gs->accounting();
+    EXPECT_EQ(x.tier_bytes, y.tier_bytes) << cache::to_string(mode);
+    EXPECT_EQ(x.used_bytes(), y.used_bytes());
+    EXPECT_TRUE(y.reconciled);
+    if (mode == cache::KvMode::kMinima) {
+      EXPECT_GT(y.tier_bytes[static_cast<int>(cache::Tier::kStale)], 0u);
+    }
+    gs->check_invariants();
+  }
+}
+
+TEST(CudaEngine, GreedyNeedleTextEqualsTheCpuEngine) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const std::string value = std::to_string(1000000 + rng() % 9000000);
+  const Model &cpu = cpu_model(), &gpu = gpu_model();
+  const auto ids = cpu.tokenizer().encode(needle_prompt(value));
+  attention::ThreadPool pool(2);
+  for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    const auto o = small_tiers(mode);
+    const auto c = generate(cpu, ids, o, &pool), g = generate(gpu, ids, o);
+    EXPECT_EQ(g.tokens, c.tokens) << cache::to_string(mode);
+    const std::string text = gpu.tokenizer().decode(g.tokens);
+    EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";
+    EXPECT_EQ(g.accounting.tier_bytes, c.accounting.tier_bytes);
+  }
+}
+
+TEST(CudaEngine, BatchedDecodeAndPrefixReuseOnTheGpu) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model& gpu = gpu_model();
+  std::vector<std::string> values;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    values.push_back(std::to_string(1000000 + rng() % 9000000));
+    auto ids = gpu.tokenizer().encode(needle_prompt(values.back()));
+    ids.erase(ids.begin() + 60, ids.begin() + 200 + 40 * i);
+    prompts.push_back(std::move(ids));
+  }
+  for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    const auto o = small_tiers(mode);
+    const auto batch = generate_batch(gpu, prompts, o);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(batch[i].tokens, generate(gpu, prompts[i], o).tokens) << cache::to_string(mode) << " prompt " << i;
+      EXPECT_NE(gpu.tokenizer().decode(batch[i].tokens).find(values[i]), std::string::npos);
+    }
+    Session session(gpu, o, 4 * prompts[0].size());
+    const auto cold = session.run(prompts[0]);
+    const auto warm = session.run(prompts[0]);
+    EXPECT_GE(warm.reused_tokens, prompts[0].size() - 32);
+    if (mode == cache::KvMode::kFp8) {
+      EXPECT_EQ(warm.gen.tokens, cold.gen.tokens);
+    }
+    EXPECT_NE(gpu.tokenizer().decode(warm.gen.tokens).find(values[0]), std::string::npos);
+    session.store().check_invariants();
+  }
+}
+
+TEST(CudaEngine, RejectsAStoreWhosePagesAreNotOnTheGpu) {
+  const Model& gpu = gpu_model();
+  cache::KvStore host(gpu.store_config(cache::KvMode::kFp8, 32, 64));
+  const auto s = host.create_sequence();
+  const std::vector<int32_t> ids{1, 2, 3};
+  EXPECT_THROW(gpu.forward(host, s, ids), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace minimakv::engine
