@@ -2,7 +2,8 @@
 # GPU check: build the CUDA targets for Hopper (sm_90), run the GPU tests, compute-sanitizer on a subset,
 # the decode benchmark and PyTorch's SDPA as an outside baseline; the benchmark table is printed last.
 #   bash scripts/gpu-check.sh            # builds with the `gpu` preset (needs scripts/bootstrap.sh's packages)
-#   BUILD=dir bash scripts/gpu-check.sh  # uses prebuilt binaries: dir/tests/cuda_tests, dir/bench/cuda_decode_bench
+#   BUILD=dir bash scripts/gpu-check.sh  # uses prebuilt binaries: dir/tests/cuda_tests, dir/bench/cuda_decode_bench,
+#                                        # dir/apps/minimakv/minimakv
 #                                        # (scripts/gpu-pack.sh makes such a dir, with the shared libraries they need)
 # QUICK=1 runs the shorter benchmark. Results (JSON, logs) go to $OUT when set, else to build/gpu-results.
 set -euo pipefail
@@ -11,7 +12,7 @@ OUT=${OUT:-build/gpu-results}
 mkdir -p "$OUT"
 if [[ -z "${BUILD:-}" ]]; then
   cmake --preset gpu >/dev/null
-  cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench
+  cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench minimakv
   BUILD=build/gpu
 fi
 source scripts/gpu-env.sh
@@ -38,6 +39,14 @@ fi
 
 echo "== PyTorch SDPA baseline"
 python3 scripts/bench/sdpa_baseline.py ${QUICK:+--quick} --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt" || true
+
+if [[ -f data/corpus/essay.txt ]]; then
+  echo "== engine speed (CUDA backend, end to end)"
+  CONTEXTS="${ENGINE_CONTEXTS:-16384}" BATCHES="${ENGINE_BATCHES:-1 8}" BIN="$BUILD/apps/minimakv/minimakv" \
+    OUT="$OUT/engine" bash scripts/bench/engine-speed.sh | tee "$OUT/engine.txt"
+else
+  echo "== engine speed skipped: data/corpus/essay.txt missing (scripts/data/extract_corpus.py makes it)"
+fi
 
 echo "== decode benchmark"
 "$BUILD/bench/cuda_decode_bench" ${QUICK:+--quick} --json "$OUT/decode.json" | tee "$OUT/decode.txt"
