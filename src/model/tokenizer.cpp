@@ -98,8 +98,10 @@ class Regex {
   void split(std::string_view s, std::vector<std::string_view>& out) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_, nullptr);
     size_t pos = 0, last = 0;
+    uint32_t options = 0;  // the first call validates the UTF-8 of the whole subject; later ones skip it
     while (pos <= s.size()) {
-      const int rc = pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md, nullptr);
+      const int rc = pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, options, md, nullptr);
+      options = PCRE2_NO_UTF_CHECK;
       if (rc < 0) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t b = ov[0], e = ov[1];
