@@ -14,7 +14,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <array>
+#include <optional>
 #include <stdexcept>
 
 #include "cuda_ops.h"
@@ -46,6 +51,41 @@ struct Stream {
   }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
+};
+
+// Host time per phase of the backend's calls, for finding where a step's time goes; on when the
+// environment sets MINIMAKV_CUDA_PROFILE, printed to stderr when the backend is destroyed.
+class HostProfile {
+ public:
+  HostProfile() : on_(std::getenv("MINIMAKV_CUDA_PROFILE") != nullptr) {}
+  ~HostProfile() {
+    if (!on_) return;
+    std::fprintf(stderr, "cuda backend host time by phase:\n");
+    for (const auto& [name, v] : phases_)
+      std::fprintf(stderr, "  %-14s %10.1f ms over %8zu calls (%.1f us each)\n", name.c_str(), v.first * 1e3,
+                   v.second, v.first * 1e6 / static_cast<double>(v.second));
+  }
+  class Scope {
+   public:
+    Scope(HostProfile& p, const char* name) : p_(p.on_ ? &p : nullptr), name_(name) {
+      if (p_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~Scope() {
+      if (!p_) return;
+      auto& v = p_->phases_[name_];
+      v.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      ++v.second;
+    }
+
+   private:
+    HostProfile* p_;
+    const char* name_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
+ private:
+  bool on_;
+  std::map<std::string, std::pair<double, size_t>> phases_;
 };
 
 // A device array that grows (never shrinks) and is written from host vectors in stream order.
@@ -167,6 +207,7 @@ class CudaBackend final : public Backend {
     if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
     if (!out.empty())
       check(cudaMemcpyAsync(out.data(), t.data(), out.size_bytes(), cudaMemcpyDeviceToHost, stream_->s), "to_host");
+    const HostProfile::Scope sc(profile_, "to_host wait");
     check(cudaStreamSynchronize(stream_->s), "to_host: cudaStreamSynchronize");
   }
 
@@ -184,6 +225,7 @@ class CudaBackend final : public Backend {
     if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
         y.size() != static_cast<size_t>(n) * out)
       throw std::invalid_argument("matmul: shape mismatch");
+    const HostProfile::Scope sc(profile_, "gemm enqueue");
     // Row-major y[n][out] is column-major y^T[out][n] = W[out][in] x^T, W read transposed.
     const float one = 1.0f, zero = 0.0f;
     check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.data(), in, x.data(), in, &zero,
@@ -199,7 +241,12 @@ class CudaBackend final : public Backend {
     for (const SeqRows& s : seqs)
       for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
     if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size()) throw std::invalid_argument("rope: shape mismatch");
-    const uint32_t* d = positions_.write(pos, stream_->s);
+    // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
+    if (pos != last_positions_) {
+      positions_.write(pos, stream_->s);
+      last_positions_ = pos;
+    }
+    const uint32_t* d = positions_.reserve(pos.size());
     cuda_ops::rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, d, inv_freq_.get(), stream_->s);
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -230,6 +277,7 @@ class CudaBackend final : public Backend {
  private:
   cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
 
+  HostProfile profile_;  // destroyed last: prints after everything else has finished
   std::shared_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;
   std::string name_;
@@ -237,6 +285,7 @@ class CudaBackend final : public Backend {
   cuda::DeviceArray<float> inv_freq_;
   DeviceScratch<int32_t> ints_;
   DeviceScratch<uint32_t> positions_;
+  std::vector<uint32_t> last_positions_;  // what positions_ holds
   DeviceScratch<cuda::AppendSlot> slots_;
   DeviceScratch<float> merged_m_, merged_l_, page_m_, page_l_;
   // Two workspaces used in turn, so the host plans layer l + 1 while layer l's plan is still being
@@ -293,7 +342,10 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   const int B = sc.tokens_per_page;
   const auto views = dev->pool().views();
 
+  HostProfile::Scope all(profile_, "attention");
   // 1. Quantize the chunk's K/V into its pages.
+  std::optional<HostProfile::Scope> phase;
+  phase.emplace(profile_, "att slots");
   std::vector<cuda::AppendSlot> slots;
   for (const SeqRows& s : seqs) {
     const auto claimed = store.claim_layer_slots(s.seq, layer);
@@ -306,16 +358,20 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   // 2. One decode item per query row, over the pages its position may see. The layers of one forward
   // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
   // plan is built once and later layers only patch in their page ids.
+  phase.reset();
+  phase.emplace(profile_, "att pin");
   std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
   PlanKey key{{}, {}, page_scores != nullptr, q_heads};
   for (const SeqRows& s : seqs) {
-    pins.push_back(store.pin(s.seq));
+    pins.push_back(store.pin(s.seq, layer));
     key.rows.push_back({s.seq, s.first, s.n});
     const auto& rows = pins.back().rows();
     const size_t npages = (s.first + static_cast<size_t>(s.n) - 1) / B + 1;
     for (size_t p = 0; p < npages; ++p) key.formats.push_back(rows[p][layer].format);
   }
   const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
+  phase.reset();
+  phase.emplace(profile_, "att plan");
   if (!(key == plan_key_) || store_of_plan_ != &store) {
     std::vector<std::vector<cuda::PageRef>> items;
     item_seq_.clear();
@@ -340,11 +396,17 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     for (auto& e : plan_.entries) e.page_id = pins[item_seq_[e.seq]].rows()[e.logical][layer].id;
   }
   const cuda::DecodePlan& plan = plan_;
+  phase.reset();
+  phase.emplace(profile_, "att wait");
   turn_ ^= 1;
   // stage() rewrites the pinned plan buffer, which the launch before last copied from asynchronously.
   check(cudaEventSynchronize(plan_consumed_[turn_]), "cudaEventSynchronize");
   cuda::DecodeWorkspace& ws = workspace(turn_, shape, plan);
+  phase.reset();
+  phase.emplace(profile_, "att stage");
   ws.stage(plan, views);
+  phase.reset();
+  phase.emplace(profile_, "att launch");
   cuda::DecodeBuffers io;
   io.q = q.data();
   io.signs = dev->signs(layer);
@@ -359,6 +421,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
   check(cudaEventRecord(plan_consumed_[turn_], stream_->s), "cudaEventRecord");
   pins.clear();
+  phase.reset();
   const cuda::DecodeStats& st = ws.stats();
   ++stats_.calls;
   ++stats_.routes[st.route];
@@ -366,6 +429,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   stats_.dense_shadow_bytes += st.dense_shadow_bytes;
   stats_.fallbacks += st.fallbacks;
   if (!page_scores) return;
+  phase.emplace(profile_, "att scores");
 
   // 3. Page scores from the kernel's own per-page partials, as the CPU path computes them.
   std::vector<float> m(plan.batch * qh), l(m.size()), pm(plan.entries.size() * qh), pl(pm.size());

@@ -48,12 +48,19 @@ PinnedSequence::PinnedSequence(PinnedSequence&& o) noexcept
       length_(o.length_),
       last_fill_(o.last_fill_),
       rows_(std::move(o.rows_)),
-      views_(std::move(o.views_)) {
+      views_(std::move(o.views_)),
+      only_layer_(o.only_layer_) {
   o.pin_id_ = 0;
 }
 
 PinnedSequence::~PinnedSequence() {
   if (pin_id_ != 0) store_->unpin(pin_id_);
+}
+
+const CompactLayerView& PinnedSequence::layer(int l) const {
+  if (only_layer_ >= 0 && l != only_layer_)
+    throw InvalidArgument("PinnedSequence::layer: only layer " + std::to_string(only_layer_) + " is pinned");
+  return views_.at(static_cast<size_t>(l));
 }
 
 std::span<const uint8_t> PinnedSequence::bytes(PageEntry e) const {
@@ -688,17 +695,22 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
 
 // ------------------------------------------------------------------ readers
 
-PinnedSequence KvStore::pin(SeqId seq) const {
+PinnedSequence KvStore::pin(SeqId seq, int only_layer) const {
   std::lock_guard lock(mu_);
   const Sequence& s = live_seq(seq, "pin");
+  if (only_layer >= cfg_.layers) throw InvalidArgument("pin: layer " + std::to_string(only_layer) + " out of range");
   PinnedSequence p(this);
   p.length_ = s.tokens.size();
   p.last_fill_ = s.rows.empty() ? 0 : s.rows.back().filled;
   p.views_.resize(cfg_.layers);
+  p.only_layer_ = only_layer;
+  const int l0 = only_layer >= 0 ? only_layer : 0, l1 = only_layer >= 0 ? only_layer + 1 : cfg_.layers;
   std::vector<PageEntry> pinned;
+  pinned.reserve(s.rows.size() * static_cast<size_t>(l1 - l0));
+  p.rows_.reserve(s.rows.size());
   for (size_t i = 0; i < s.rows.size(); ++i) {
     p.rows_.push_back(s.rows[i].layers);
-    for (int l = 0; l < cfg_.layers; ++l) {
+    for (int l = l0; l < l1; ++l) {
       const PageEntry e = s.rows[i].layers[l];
       const_cast<KvStore*>(this)->pool_mut(e.format).add_ref(e.id, RefKind::kReader);
       pinned.push_back(e);

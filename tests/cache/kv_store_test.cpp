@@ -297,5 +297,34 @@ TEST(KvStore, LayerByLayerAppendSealsOnlyAtCommit) {
   st.check_invariants();
 }
 
+TEST(KvStore, PinOfOneLayerHoldsOnlyThatLayersPages) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  auto c = small_config();
+  KvStore st(c);
+  const SeqId s = st.create_sequence();
+  const auto r = random_rows(rng, c, 9);
+  st.append(s, r.ids, r.k, r.v);
+  const auto reader = static_cast<int>(RefKind::kReader);
+  {
+    const auto pin = st.pin(s, 1);
+    EXPECT_EQ(pin.rows().size(), 3u);
+    for (const auto& row : pin.rows()) {
+      EXPECT_EQ(st.refs(row[0])[reader], 0u);
+      EXPECT_EQ(st.refs(row[1])[reader], 1u);
+    }
+    EXPECT_EQ(pin.layer(1).ids[static_cast<int>(PageFormat::kFp8)].size(), 3u);
+    EXPECT_THROW(pin.layer(0), InvalidArgument);
+    st.check_invariants();
+  }
+  {
+    const auto full = st.pin(s);  // the full pin, alone
+    for (const auto& row : full.rows()) EXPECT_EQ(st.refs(row[1])[reader], 1u);
+  }
+  for (const auto& row : st.block_table(s)) EXPECT_EQ(st.refs(row.layers[1])[reader], 0u);
+  EXPECT_THROW(st.pin(s, c.layers), InvalidArgument);
+  st.check_invariants();
+}
+
 }  // namespace
 }  // namespace minimakv::cache

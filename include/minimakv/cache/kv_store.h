@@ -116,7 +116,7 @@ class PinnedSequence {
   size_t length() const { return length_; }
   uint32_t last_page_fill() const { return last_fill_; }
   const std::vector<std::vector<PageEntry>>& rows() const { return rows_; }  // [logical page][layer]
-  const CompactLayerView& layer(int l) const { return views_[l]; }
+  const CompactLayerView& layer(int l) const;
   std::span<const uint8_t> bytes(PageEntry e) const;
 
  private:
@@ -128,6 +128,7 @@ class PinnedSequence {
   uint32_t last_fill_ = 0;
   std::vector<std::vector<PageEntry>> rows_;
   std::vector<CompactLayerView> views_;
+  int only_layer_ = -1;
 };
 
 class KvStore {
@@ -197,7 +198,10 @@ class KvStore {
   ApplyResult apply(std::span<const Transition> plan);
 
   // ---- readers
-  PinnedSequence pin(SeqId seq) const;
+  // Pins every layer-page of the sequence, or with only_layer >= 0 just that layer's pages (rows() then
+  // still lists every layer's entries, but only that layer's pages are safe to read, and layer() is
+  // built for it alone): a per-layer reader such as the GPU attention needs no more.
+  PinnedSequence pin(SeqId seq, int only_layer = -1) const;
 
   // ---- prefix cache
   size_t evict_cached(size_t max_variants);                     // oldest first, only variants no sequence holds
