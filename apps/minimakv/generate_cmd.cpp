@@ -93,8 +93,11 @@ int run_generate(GenerateCmdOptions opt) {
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
   if (opt.prompt_tokens > 0) {  // about 4 bytes per token: encode only what the prompts can use
-    const size_t need = (opt.prompt_tokens + 997 * static_cast<size_t>(opt.batch)) * 8;
-    if (text.size() > need) text.resize(need);
+    size_t cut = (opt.prompt_tokens + 997 * static_cast<size_t>(opt.batch)) * 8;
+    if (text.size() > cut) {
+      while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // at a code point
+      text.resize(cut);
+    }
   }
   const auto encoded = model->tokenizer().encode(text);
   if (encoded.empty()) throw std::invalid_argument("generate: the prompt encodes to no tokens");

@@ -118,7 +118,11 @@ class DevicePageStorage final : public cache::PageStorage {
                      cfg.tq3_pages ? cfg.tq3_pages + 1 : 0}),
         signs_(cuda::upload_rotation_signs(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.rotation_seed)),
         policy_(cfg.tq3_policy),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)) {
+    // The pools were zeroed on the legacy default stream, which does not order against our
+    // non-blocking stream: finish that before any kernel of ours writes a page.
+    check(cudaDeviceSynchronize(), "DevicePageStorage");
+  }
   ~DevicePageStorage() override { cudaStreamSynchronize(stream_->s); }
 
   void copy_page(cache::PageFormat f, cache::PageId src, cache::PageId dst) override {
@@ -329,6 +333,7 @@ cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape&
   ws = std::make_unique<cuda::DecodeWorkspace>(shape, grow(plan.batch, ws ? ws->max_batch() : 0),
                                                grow(splits, ws ? ws->max_splits() : 0),
                                                grow(entries, ws ? ws->max_entries() : 0));
+  check(cudaDeviceSynchronize(), "workspace init");  // its buffers were cleared on the legacy stream
   return *ws;
 }
 

@@ -429,6 +429,7 @@ void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::s
 std::vector<KvStore::Slot> KvStore::claim_layer_slots(SeqId seq, int layer) {
   std::lock_guard lock(mu_);
   Sequence& s = live_seq(seq, "claim_layer_slots");
+  if (!storage_) throw InvalidArgument("claim_layer_slots: page bytes live in the host pools; use write_layer");
   check_layer_write(s, layer, "claim_layer_slots");
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
   std::vector<Slot> slots;

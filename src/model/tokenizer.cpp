@@ -102,6 +102,10 @@ class Regex {
     while (pos <= s.size()) {
       const int rc = pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, options, md, nullptr);
       options = PCRE2_NO_UTF_CHECK;
+      if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
+        pcre2_match_data_free(md);
+        throw std::invalid_argument("tokenizer: the text is not valid UTF-8");
+      }
       if (rc < 0) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t b = ov[0], e = ov[1];

@@ -168,6 +168,10 @@ TEST(ExternalStorage, HostByteAccessIsRefusedAndLayerClaimsAreChecked) {
   ext.commit_append(s);
   const auto pin = ext.pin(s);
   EXPECT_THROW(pin.bytes(pin.rows()[0][0]), InvalidArgument);
+  KvStore host(cfg);  // the reverse: a host store writes its own bytes
+  const SeqId h = host.create_sequence();
+  host.begin_append(h, ids);
+  EXPECT_THROW(host.claim_layer_slots(h, 0), InvalidArgument);
 }
 
 }  // namespace

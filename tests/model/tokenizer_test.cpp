@@ -23,6 +23,10 @@ TEST(Tokenizer, ShippedRoundTripsAndSplitsSpecials) {
   // digits are single tokens
   const auto digits = tok.encode("1234567");
   EXPECT_EQ(digits.size(), 7u);
+  // Text must be UTF-8 (as for the reference library, whose strings always are); a broken sequence
+  // anywhere is named, not split into byte pieces.
+  EXPECT_THROW(tok.encode("valid start, then \xff\xfe"), std::invalid_argument);
+  EXPECT_THROW(tok.encode("cut in half: \xe2\x82"), std::invalid_argument);
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   for (int i = 0; i < 500; ++i) {
