@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "minimakv/engine/generate.h"
+#include "engine/needle_fixture.h"
 #include "test_util.h"
 
 namespace minimakv::engine {
@@ -37,28 +38,8 @@ double rel_l2(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / den);
 }
 
-std::string needle_prompt(const std::string& value) {
-  std::string hay;
-  for (int i = 0; i < 14; ++i)
-    hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
-  return "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
-         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " +
-         value + ".\n" + hay +
-         "What is the special magic number for vivid-lantern mentioned in the provided text? The special magic "
-         "number for vivid-lantern mentioned in the provided text is";
-}
-
-GenerateOptions small_tiers(cache::KvMode mode) {
-  GenerateOptions o;
-  o.mode = mode;
-  o.tokens_per_page = 32;
-  o.prefill_chunk = 128;
-  o.max_new_tokens = 10;
-  o.controller.recent_window = 2;
-  o.controller.anchor_budget = 0;
-  o.controller.sink_pages = 1;
-  return o;
-}
+using testing::needle_options;
+using testing::needle_prompt;
 
 // Logits: in bf16 mode the backends differ by fp32 reassociation only. In the FP8 modes a K/V element
 // whose two fp32 values straddle a rounding boundary quantizes one FP8 step apart (a 6-12% change of
@@ -76,7 +57,7 @@ TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
   attention::ThreadPool pool(2);
   std::vector<std::vector<float>> control;  // CPU bf16 logits per chunk
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    GenerateOptions o = small_tiers(mode);
+    GenerateOptions o = needle_options(mode);
     o.controller.scoring = mode == cache::KvMode::kMinima;
     o.controller.anchor_budget = o.controller.scoring ? 2 : 0;
     const auto sc = cpu.store_config(mode, o.tokens_per_page, ids.size());
@@ -132,7 +113,7 @@ TEST(CudaEngine, GreedyNeedleTextEqualsTheCpuEngine) {
   const auto ids = cpu.tokenizer().encode(needle_prompt(value));
   attention::ThreadPool pool(2);
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    const auto o = small_tiers(mode);
+    const auto o = needle_options(mode);
     const auto c = generate(cpu, ids, o, &pool), g = generate(gpu, ids, o);
     EXPECT_EQ(g.tokens, c.tokens) << cache::to_string(mode);
     const std::string text = gpu.tokenizer().decode(g.tokens);
@@ -154,7 +135,7 @@ TEST(CudaEngine, BatchedDecodeAndPrefixReuseOnTheGpu) {
     prompts.push_back(std::move(ids));
   }
   for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    const auto o = small_tiers(mode);
+    const auto o = needle_options(mode);
     const auto batch = generate_batch(gpu, prompts, o);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(batch[i].tokens, generate(gpu, prompts[i], o).tokens) << cache::to_string(mode) << " prompt " << i;

@@ -8,6 +8,7 @@
 
 #include "minimakv/backend/cpu_ops.h"
 #include "minimakv/engine/generate.h"
+#include "engine/needle_fixture.h"
 #include "test_util.h"
 
 namespace minimakv::engine {
@@ -17,29 +18,8 @@ using backend::argmax;
 
 const std::string kDir = std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m";
 
-std::string needle_prompt(const std::string& value) {
-  std::string hay;
-  for (int i = 0; i < 14; ++i)
-    hay += "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
-  return "A special magic number is hidden within the following text. Make sure to memorize it. I will quiz you "
-         "about the number afterwards.\nOne of the special magic numbers for vivid-lantern is: " +
-         value + ".\n" + hay +
-         "What is the special magic number for vivid-lantern mentioned in the provided text? The special magic "
-         "number for vivid-lantern mentioned in the provided text is";
-}
-
-// Small pages and chunks with a 2-page Recent window, so a 300-token prompt exercises every tier.
-GenerateOptions needle_options(cache::KvMode mode) {
-  GenerateOptions o;
-  o.mode = mode;
-  o.tokens_per_page = 32;
-  o.prefill_chunk = 128;
-  o.max_new_tokens = 10;
-  o.controller.recent_window = 2;
-  o.controller.anchor_budget = 0;
-  o.controller.sink_pages = 1;
-  return o;
-}
+using testing::needle_options;
+using testing::needle_prompt;
 
 const Model& shipped() {
   static const auto m = Model::load(kDir);
