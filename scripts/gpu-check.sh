@@ -37,6 +37,11 @@ if command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
   done
 fi
 
+echo "== engine parity with transformers on the CUDA backend (bf16 KV, random Qwen3/Llama + shipped model)"
+parity_rc=0
+python3 scripts/parity/engine_parity.py --bin "$BUILD/apps/minimakv/minimakv" --device cuda \
+  --out "$OUT/engine-parity-cuda.json" 2>&1 | tee "$OUT/engine-parity-cuda.txt" || parity_rc=$?
+
 echo "== PyTorch SDPA baseline"
 python3 scripts/bench/sdpa_baseline.py ${QUICK:+--quick} --json "$OUT/sdpa.json" 2>&1 | tee "$OUT/sdpa.txt" || true
 
@@ -50,5 +55,5 @@ fi
 
 echo "== decode benchmark"
 "$BUILD/bench/cuda_decode_bench" ${QUICK:+--quick} --json "$OUT/decode.json" | tee "$OUT/decode.txt"
-echo "tests rc=$tests_rc sanitizer rc=$san_rc"
-exit $((tests_rc || san_rc))
+echo "tests rc=$tests_rc sanitizer rc=$san_rc parity rc=$parity_rc"
+exit $((tests_rc || san_rc || parity_rc))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Engine parity: `minimakv generate` (CPU, --kv bf16) against transformers on the same token ids.
+"""Engine parity: `minimakv generate` (--kv bf16, CPU or CUDA backend) against transformers on the same ids.
 
 Builds small random-initialised Qwen3 and Llama models with transformers (GQA and not, tied and untied
 heads, Llama-3 rope scaling), saves them with save_pretrained (safetensors) next to the shipped
@@ -7,7 +7,7 @@ tokenizer, and compares (1) the logits after the prompt: our relative L2 error a
 fp32 run must stay within twice transformers' own bf16-vs-fp32 error (our KV cache is BF16 in this
 mode); (2) greedy continuations, token for token (64 tokens on the shipped model). Needs torch,
 transformers and tokenizers.
-  engine_parity.py --bin build/release/apps/minimakv/minimakv [--out results.json]
+  engine_parity.py --bin build/release/apps/minimakv/minimakv [--device cpu|cuda] [--out results.json]
 """
 import argparse
 import json
@@ -56,8 +56,9 @@ def random_models(tmp):
     return out
 
 
-def ours(binary, model_dir, tokens):
-    res = subprocess.run([binary, "generate", "--model", model_dir, "--prompt", PROMPT, "--kv", "bf16", "--json",
+def ours(binary, model_dir, tokens, device):
+    res = subprocess.run([binary, "generate", "--device", device, "--model", model_dir, "--prompt", PROMPT,
+                          "--kv", "bf16", "--json",
                           "--prompt-logits", "--max-tokens", str(tokens), "--page-size", "32",
                           "--prefill-chunk", "64"], capture_output=True, check=True)
     return json.loads(res.stdout)
@@ -77,13 +78,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     ids = Tokenizer.from_file(os.path.join(SHIPPED, "tokenizer.json")).encode(PROMPT).ids
     results, bad = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, d in [("shipped minima-qwen3-23m", SHIPPED)] + random_models(tmp):
             tokens = 64
-            o = ours(args.bin, d, tokens)
+            o = ours(args.bin, d, tokens, args.device)
             ref32, gen32 = reference(d, ids, tokens, torch.float32)
             ref16, _ = reference(d, ids, tokens, torch.bfloat16)
             mine = torch.tensor(o["prompt_logits"])
@@ -94,7 +96,7 @@ def main():
             same = ours_gen == gen32[: len(ours_gen)] and len(ours_gen) >= min(len(gen32), tokens)
             ok = err <= 2 * err16 and same
             bad += 0 if ok else 1
-            results.append({"model": name, "prompt_tokens": len(ids), "logits_rel_err_vs_fp32": err,
+            results.append({"model": name, "device": args.device, "prompt_tokens": len(ids), "logits_rel_err_vs_fp32": err,
                             "transformers_bf16_rel_err_vs_fp32": err16, "greedy_tokens_compared": len(ours_gen),
                             "greedy_identical": same, "ok": ok})
             print(f"{name:26s} logits rel err {err:.2e} (transformers bf16: {err16:.2e})  greedy {len(ours_gen)} "
