@@ -14,11 +14,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <array>
 #include <optional>
 #include <stdexcept>
 
@@ -62,8 +62,8 @@ class HostProfile {
     if (!on_) return;
     std::fprintf(stderr, "cuda backend host time by phase:\n");
     for (const auto& [name, v] : phases_)
-      std::fprintf(stderr, "  %-14s %10.1f ms over %8zu calls (%.1f us each)\n", name.c_str(), v.first * 1e3,
-                   v.second, v.first * 1e6 / static_cast<double>(v.second));
+      std::fprintf(stderr, "  %-14s %10.1f ms over %8zu calls (%.1f us each)\n", name.c_str(), v.first * 1e3, v.second,
+                   v.first * 1e6 / static_cast<double>(v.second));
   }
   class Scope {
    public:
@@ -244,7 +244,8 @@ class CudaBackend final : public Backend {
     std::vector<uint32_t> pos;
     for (const SeqRows& s : seqs)
       for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
-    if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size()) throw std::invalid_argument("rope: shape mismatch");
+    if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size())
+      throw std::invalid_argument("rope: shape mismatch");
     // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
     if (pos != last_positions_) {
       positions_.write(pos, stream_->s);
@@ -318,8 +319,7 @@ class CudaBackend final : public Backend {
   std::vector<uint32_t> item_seq_;  // plan item (query row) -> index into the call's sequences
 };
 
-cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape,
-                                              const cuda::DecodePlan& plan) {
+cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
   auto& ws = ws_[turn];
   const int splits = static_cast<int>(plan.splits.size()), entries = static_cast<int>(plan.entries.size());
   const bool same_shape = ws && ws->shape().q_heads == shape.q_heads && ws->shape().kv_heads == shape.kv_heads &&

@@ -25,8 +25,8 @@ class MirrorStorage final : public PageStorage {
     for (int l = 0; l < c.layers; ++l) {
       rot_.emplace_back();
       for (int h = 0; h < c.kv_heads; ++h)
-        rot_[l].push_back(codec::Rotation::for_head(c.head_dim, static_cast<uint32_t>(l), static_cast<uint32_t>(h),
-                                                    c.rotation_seed));
+        rot_[l].push_back(
+            codec::Rotation::for_head(c.head_dim, static_cast<uint32_t>(l), static_cast<uint32_t>(h), c.rotation_seed));
     }
   }
   std::span<uint8_t> page(PageEntry e) {

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "minimakv/engine/generate.h"
 #include "engine/needle_fixture.h"
+#include "minimakv/engine/generate.h"
 #include "test_util.h"
 
 namespace minimakv::engine {

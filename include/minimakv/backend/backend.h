@@ -36,8 +36,7 @@ Device parse_device(std::string_view name);  // "cpu" | "cuda"; throws std::inva
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(float* data, size_t size, std::function<void(float*)> release)
-      : p_(data, std::move(release)), n_(size) {}
+  Tensor(float* data, size_t size, std::function<void(float*)> release) : p_(data, std::move(release)), n_(size) {}
   float* data() const { return p_.get(); }
   size_t size() const { return n_; }
 
