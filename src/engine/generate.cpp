@@ -1,11 +1,11 @@
 #include "minimakv/engine/generate.h"
 
-#include "minimakv/backend/cpu_ops.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+
+#include "minimakv/backend/cpu_ops.h"
 
 namespace minimakv::engine {
 
