@@ -94,12 +94,7 @@ class CpuBackend final : public Backend {
         attention::attend(in, {all(q).subspan(r * qrow, m * qrow), s.n, s.first}, all(out).subspan(r * qrow, m * qrow),
                           page_scores ? &partials : nullptr, {0, pool});
       }
-      if (page_scores) {
-        const auto scores = attention::page_scores(partials);
-        auto& acc = (*page_scores)[i];
-        if (acc.size() < scores.size()) acc.resize(scores.size(), 0.0f);
-        for (size_t p = 0; p < scores.size(); ++p) acc[p] += scores[p] * score_weight;
-      }
+      if (page_scores) add_page_scores((*page_scores)[i], attention::page_scores(partials), score_weight);
     }
   }
 
@@ -120,6 +115,11 @@ Device parse_device(std::string_view name) {
   throw std::invalid_argument("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
 }
 
+void add_page_scores(std::vector<float>& acc, std::span<const float> scores, float weight) {
+  if (acc.size() < scores.size()) acc.resize(scores.size(), 0.0f);
+  for (size_t p = 0; p < scores.size(); ++p) acc[p] += scores[p] * weight;
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg) {
   return std::make_unique<CpuBackend>(cfg);
 }
@@ -131,9 +131,6 @@ std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg) {
 #ifndef MINIMAKV_WITH_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig&) {
   throw std::runtime_error("this build of minimakv has no CUDA backend (configure with -DMINIMAKV_CUDA=ON)");
-}
-bool cuda_available() {
-  return false;
 }
 #endif
 

@@ -310,11 +310,10 @@ class CudaBackend final : public Backend {
     std::vector<Rows> rows;
     std::vector<cache::PageFormat> formats;  // of every page the rows see, sequence by sequence
     bool granular = false;
-    int q_heads = 0;
+    int q_heads = 0, kv_heads = 0, head_dim = 0, tokens_per_page = 0;
     bool operator==(const PlanKey&) const = default;
   };
   PlanKey plan_key_;
-  const cache::KvStore* store_of_plan_ = nullptr;
   cuda::DecodePlan plan_;
   std::vector<uint32_t> item_seq_;  // plan item (query row) -> index into the call's sequences
 };
@@ -366,18 +365,19 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   phase.reset();
   phase.emplace(profile_, "att pin");
   std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
-  PlanKey key{{}, {}, page_scores != nullptr, q_heads};
+  PlanKey key{{}, {}, page_scores != nullptr, q_heads, sc.kv_heads, sc.head_dim, B};
+  std::vector<size_t> pages_seen;  // per sequence: the pages its last row sees
   for (const SeqRows& s : seqs) {
     pins.push_back(store.pin(s.seq, layer));
     key.rows.push_back({s.seq, s.first, s.n});
     const auto& rows = pins.back().rows();
-    const size_t npages = (s.first + static_cast<size_t>(s.n) - 1) / B + 1;
-    for (size_t p = 0; p < npages; ++p) key.formats.push_back(rows[p][layer].format);
+    pages_seen.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
+    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows[p][layer].format);
   }
   const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
   phase.reset();
   phase.emplace(profile_, "att plan");
-  if (!(key == plan_key_) || store_of_plan_ != &store) {
+  if (!(key == plan_key_)) {
     std::vector<std::vector<cuda::PageRef>> items;
     item_seq_.clear();
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -396,7 +396,6 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     }
     plan_ = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
     plan_key_ = std::move(key);
-    store_of_plan_ = &store;
   } else {
     for (auto& e : plan_.entries) e.page_id = pins[item_seq_[e.seq]].rows()[e.logical][layer].id;
   }
@@ -448,7 +447,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   std::vector<attention::PagePartials> parts(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     auto& p = parts[i];
-    p.pages = static_cast<int>((seqs[i].first + static_cast<size_t>(seqs[i].n) - 1) / B + 1);
+    p.pages = static_cast<int>(pages_seen[i]);
     p.q_heads = q_heads;
     p.queries = seqs[i].n;
     p.m_page.assign(static_cast<size_t>(p.queries) * p.pages * qh, -INFINITY);
@@ -469,23 +468,14 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     std::copy_n(pm.begin() + e * qh, qh, p.m_page.begin() + at);
     std::copy_n(pl.begin() + e * qh, qh, p.l_page.begin() + at);
   }
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const auto r = attention::page_scores(parts[i]);
-    auto& acc = (*page_scores)[i];
-    if (acc.size() < r.size()) acc.resize(r.size(), 0.0f);
-    for (size_t p = 0; p < r.size(); ++p) acc[p] += r[p] * score_weight;
-  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    add_page_scores((*page_scores)[i], attention::page_scores(parts[i]), score_weight);
 }
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig& cfg) {
   return std::make_unique<CudaBackend>(cfg);
-}
-
-bool cuda_available() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
 }  // namespace minimakv::backend

@@ -415,13 +415,12 @@ void KvStore::write_layer(SeqId seq, int layer, std::span<const float> k, std::s
                           std::to_string(s.pending * head_floats) + " floats of K and of V per layer, got " +
                           std::to_string(k.size()) + " and " + std::to_string(v.size()));
   }
-  const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
-  const PageFormat f = append_format();
-  for (size_t t = 0; t < s.pending; ++t) {
-    const size_t pos = s.pending_first + t;
-    const PageEntry e = s.rows[pos / B].layers[layer];
-    codec::write_token(pool_mut(f).mutable_bytes(e.id), pool(f).layout(), static_cast<int>(pos % B),
-                       k.subspan(t * head_floats, head_floats), v.subspan(t * head_floats, head_floats));
+  const auto slots = pending_slots(s, layer);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    const PageEntry e = slots[t].page;
+    codec::write_token(pool_mut(e.format).mutable_bytes(e.id), pool(e.format).layout(),
+                       static_cast<int>(slots[t].token), k.subspan(t * head_floats, head_floats),
+                       v.subspan(t * head_floats, head_floats));
   }
   s.written[layer] = true;
 }
@@ -431,6 +430,12 @@ std::vector<KvStore::Slot> KvStore::claim_layer_slots(SeqId seq, int layer) {
   Sequence& s = live_seq(seq, "claim_layer_slots");
   if (!storage_) throw InvalidArgument("claim_layer_slots: page bytes live in the host pools; use write_layer");
   check_layer_write(s, layer, "claim_layer_slots");
+  auto slots = pending_slots(s, layer);
+  s.written[layer] = true;
+  return slots;
+}
+
+std::vector<KvStore::Slot> KvStore::pending_slots(const Sequence& s, int layer) const {
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
   std::vector<Slot> slots;
   slots.reserve(s.pending);
@@ -438,7 +443,6 @@ std::vector<KvStore::Slot> KvStore::claim_layer_slots(SeqId seq, int layer) {
     const size_t pos = s.pending_first + t;
     slots.push_back({s.rows[pos / B].layers[layer], static_cast<uint32_t>(pos % B)});
   }
-  s.written[layer] = true;
   return slots;
 }
 

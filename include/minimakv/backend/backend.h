@@ -100,12 +100,15 @@ class Backend {
   virtual AttentionStats attention_stats() const { return {}; }
 };
 
+// acc[p] += weight * scores[p], growing acc to the sequence's page count (page scores of one layer
+// folded into a forward pass's average over layers).
+void add_page_scores(std::vector<float>& acc, std::span<const float> scores, float weight);
+
 // The CPU backend: OpenBLAS GEMMs, Highway SIMD attention, the caller's thread pool.
 std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg);
 // The CUDA backend: cuBLAS GEMMs, the mixed-format paged kernels, device page pools. Throws
 // std::runtime_error when the library was built without CUDA or no GPU is visible.
 std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig& cfg);
-bool cuda_available();  // built with CUDA and a device is visible
 std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg);
 
 }  // namespace minimakv::backend

@@ -275,6 +275,8 @@ class KvStore {
   void check_invariants_locked() const;
 
   void check_layer_write(const Sequence& s, int layer, const char* where) const;
+  // Page and slot of every token of the pending append in `layer`, in order.
+  std::vector<Slot> pending_slots(const Sequence& s, int layer) const;
 
   StoreConfig cfg_;
   codec::PageGeometry geo_;
