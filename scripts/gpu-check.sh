@@ -26,7 +26,7 @@ tests_rc=${PIPESTATUS[0]}
 san_rc=0
 if command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
   echo "== compute-sanitizer (memcheck, racecheck) on the small GPU tests"
-  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.Accounting*:GpuPrefill.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
   for tool in memcheck racecheck; do
     if compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda_tests" --gtest_brief=1 \
          --gtest_filter="$small" >"$OUT/sanitizer-$tool.log" 2>&1; then

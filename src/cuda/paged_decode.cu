@@ -8,12 +8,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention_device.cuh"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_decode.h"
 
 namespace minimakv::cuda {
 
 namespace {
+
+using namespace detail;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -33,6 +36,8 @@ struct StepParams {
   float* l;
   float* page_m;
   float* page_l;
+  float* score_acc;
+  float score_weight;
   int q_heads, kv_heads, group;
   float scale;
 };
@@ -41,30 +46,7 @@ __device__ inline int plan_batch(const uint8_t* plan) {
   return reinterpret_cast<const int32_t*>(plan)[1];
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kTile = 32;  // tokens per warp tile: one per lane for QK
-
-template <int F>
-__device__ inline float load_meta(const uint8_t* p) {
-  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
-    return 1.0f;
-  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
-    return *reinterpret_cast<const float*>(p);
-  } else {
-    return __half2float(__half(__half_raw{*reinterpret_cast<const uint16_t*>(p)}));
-  }
-}
-
-__device__ inline void fp8x4_to_float(uint32_t w, float* x) {
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const auto pair = static_cast<__nv_fp8x2_storage_t>((w >> (16 * j)) & 0xffffu);
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    x[2 * j] = __half2float(__half(__half_raw{h.x}));
-    x[2 * j + 1] = __half2float(__half(__half_raw{h.y}));
-  }
-}
 
 template <int GM, int N>
 __device__ inline void dot_chunk(const float* qs, int D, int c, const float (&x)[N], float (&s)[GM]) {
@@ -218,27 +200,6 @@ __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-
-// Merges the base-2 softmax state (m2, l2) into (m, l); returns the factors applied to each side.
-__device__ inline void merge_ml(float& m, float& l, float m2, float l2, float& c1, float& c2) {
-  if (l2 == 0.0f) {
-    c1 = 1.0f;
-    c2 = 0.0f;
-    return;
-  }
-  if (l == 0.0f) {
-    m = m2;
-    l = l2;
-    c1 = 0.0f;
-    c2 = 1.0f;
-    return;
-  }
-  const float mn = fmaxf(m, m2);
-  c1 = exp2f(m - mn);
-  c2 = exp2f(m2 - mn);
-  l = l * c1 + l2 * c2;
-  m = mn;
 }
 
 // Dynamic shared memory of the split kernel: [qs | ps | red_m | red_l | levels | stage or red_acc].
@@ -411,22 +372,6 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(StepParams p)
   }
 }
 
-// Canonical in-place FWHT of x[0..D) by D threads of the block.
-template <int D>
-__device__ void block_fwht(float* x) {
-  for (int hh = 1; hh < D; hh <<= 1) {
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < D / 2) {
-      const int pidx = threadIdx.x;
-      const int j = (pidx / hh) * 2 * hh + (pidx % hh);
-      const float a = x[j], b = x[j + hh];
-      x[j] = __fadd_rn(a, b);
-      x[j + hh] = __fadd_rn(a, -b);
-    }
-  }
-  __syncthreads();
-}
-
 // q_rot[b][hq] = R_{kv head} q[b][hq]: signs, FWHT, 1/sqrt(D).
 template <int D>
 __global__ void rotate_queries_kernel(StepParams p) {
@@ -479,6 +424,39 @@ __global__ void merge_kernel(StepParams p) {
   }
 }
 
+// One block per batch item: r_p = mean over query heads of each page's share / the head's total.
+__global__ void decode_page_score_kernel(StepParams p) {
+  const int b = blockIdx.x;
+  if (b >= plan_batch(p.plan)) return;
+  extern __shared__ double totals[];  // [q_heads]
+  __shared__ double scratch[32];
+  const int n_entries = reinterpret_cast<const int32_t*>(p.plan)[2];
+  const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  double before = 0.0;  // pages of the items before b: where b's scores start
+  for (int e = threadIdx.x; e < n_entries; e += blockDim.x) before += entries[e].seq < static_cast<uint32_t>(b);
+  const int offset = static_cast<int>(block_sum(before, scratch));
+  for (int h = threadIdx.x; h < p.q_heads; h += blockDim.x) {
+    const size_t mi = static_cast<size_t>(b) * p.q_heads + h;
+    double t = 0.0;
+    for (int e = 0; e < n_entries; ++e)
+      if (entries[e].seq == static_cast<uint32_t>(b))
+        t += page_share(p.page_m[static_cast<size_t>(e) * p.q_heads + h],
+                        p.page_l[static_cast<size_t>(e) * p.q_heads + h], p.m[mi], p.l[mi]);
+    totals[h] = t;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_entries; e += blockDim.x) {
+    const PlanEntry en = entries[e];
+    if (en.seq != static_cast<uint32_t>(b)) continue;
+    double r = 0.0;
+    for (int h = 0; h < p.q_heads; ++h) {
+      const size_t mi = static_cast<size_t>(b) * p.q_heads + h, at = static_cast<size_t>(e) * p.q_heads + h;
+      if (totals[h] > 0.0) r += page_share(p.page_m[at], p.page_l[at], p.m[mi], p.l[mi]) / totals[h];
+    }
+    p.score_acc[offset + en.logical] += p.score_weight * static_cast<float>(r / p.q_heads);
+  }
+}
+
 template <int F, int D, int GM>
 void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
   if (max_splits == 0) return;
@@ -516,6 +494,7 @@ void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits
   else
     launch_split<D, 8>(p, splits, st);
   merge_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
+  if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);
 }
 
 void require(bool ok, const std::string& what) {
@@ -650,7 +629,7 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
   st.splits = static_cast<int>(plan.splits.size());
   st.entries = static_cast<int>(plan.entries.size());
   uint8_t* blob = staging_.get();
-  const int32_t header[4] = {st.splits, plan.batch, 0, 0};
+  const int32_t header[4] = {st.splits, plan.batch, st.entries, 0};
   std::memcpy(blob, header, sizeof header);
   std::memcpy(blob + off_seq_, plan.seq_split_begin.data(), plan.seq_split_begin.size() * sizeof(int32_t));
   if (!plan.splits.empty()) std::memcpy(blob + off_split_, plan.splits.data(), plan.splits.size() * sizeof(PlanSplit));
@@ -661,13 +640,16 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
   staged_batch_ = plan.batch;
   staged_entries_ = st.entries;
   for (int f = 0; f < codec::kNumPageFormats; ++f)
-    staged_splits_[f] = plan.seq_split_begin[f * (plan.batch + 1) + plan.batch] - plan.seq_split_begin[f * (plan.batch + 1)];
+    staged_splits_[f] =
+        plan.seq_split_begin[f * (plan.batch + 1) + plan.batch] - plan.seq_split_begin[f * (plan.batch + 1)];
 }
 
 void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
                              LaunchSize size) const {
   require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");
+  require(!io.score_acc || (io.page_m && io.m && io.l),
+          "DecodeWorkspace::launch: page scores need m, l, page_m, page_l");
   require(io.page_m == nullptr || page_granular_,
           "DecodeWorkspace::launch: per-page (m, l) needs a page-granular plan (make_decode_plan(..., page_granular = "
           "true))");
@@ -675,7 +657,8 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   if (exact) {  // only the parts of the blob the staged plan fills
     const size_t parts[3][2] = {
         {0, off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (staged_batch_ + 1)},
-        {off_split_, sizeof(PlanSplit) * static_cast<size_t>(staged_splits_[0] + staged_splits_[1] + staged_splits_[2])},
+        {off_split_,
+         sizeof(PlanSplit) * static_cast<size_t>(staged_splits_[0] + staged_splits_[1] + staged_splits_[2])},
         {off_entry_, sizeof(PlanEntry) * static_cast<size_t>(staged_entries_)}};
     for (const auto& [off, n] : parts)
       if (n)
@@ -686,8 +669,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
           "DecodeWorkspace::launch: plan copy");
   }
   const int batch = exact ? staged_batch_ : max_batch_;
-  const std::array<int, 3> splits =
-      exact ? staged_splits_ : std::array<int, 3>{max_splits_, max_splits_, max_splits_};
+  const std::array<int, 3> splits = exact ? staged_splits_ : std::array<int, 3>{max_splits_, max_splits_, max_splits_};
   StepParams p{};
   p.plan = plan_.get();
   p.off_seq = static_cast<uint32_t>(off_seq_);
@@ -705,6 +687,8 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   p.l = io.l;
   p.page_m = io.page_m;
   p.page_l = io.page_l;
+  p.score_acc = io.score_acc;
+  p.score_weight = io.score_weight;
   p.q_heads = shape_.q_heads;
   p.kv_heads = shape_.kv_heads;
   p.group = shape_.q_heads / shape_.kv_heads;

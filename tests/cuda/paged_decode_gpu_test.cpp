@@ -19,7 +19,7 @@ using codec::PageFormat;
 using testing::GpuPageSet;
 
 struct CaseResult {
-  double gpu_vs_ref = 0, cpu_vs_ref = 0, gpu_vs_cpu = 0, score_err = 0;
+  double gpu_vs_ref = 0, cpu_vs_ref = 0, gpu_vs_cpu = 0, score_err = 0, device_score_err = 0;
 };
 
 // Runs one decode step for every sequence of `s` on the GPU and checks it.
@@ -39,13 +39,19 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
       dpm(plan.entries.size() * q_heads), dpl(dpm.size());
   cuda::check(cudaMemcpy(dq.get(), q.data(), dq.bytes(), cudaMemcpyHostToDevice), "q");
   for (auto* a : {&dout, &dm, &dl, &dpm, &dpl}) cuda::check(cudaMemset(a->get(), 0xff, a->bytes()), "poison");
+  // The device-side page scores add into an accumulator that already holds 0.25 per page.
+  const std::vector<float> acc0(plan.entries.size(), 0.25f);
+  cuda::DeviceArray<float> dacc(acc0.size());
+  cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
   cuda::DecodeBuffers io{dq.get(),
                          signs.get(),
                          dout.get(),
                          dm.get(),
                          dl.get(),
                          scores ? dpm.get() : nullptr,
-                         scores ? dpl.get() : nullptr};
+                         scores ? dpl.get() : nullptr,
+                         scores ? dacc.get() : nullptr,
+                         0.5f};
   ws.launch(s.pool->views(), io, nullptr,
             scores ? cuda::DecodeWorkspace::LaunchSize::kStaged : cuda::DecodeWorkspace::LaunchSize::kCapacity);
   cuda::check(cudaDeviceSynchronize(), "decode");
@@ -55,6 +61,9 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   cuda::check(cudaMemcpy(l.data(), dl.get(), dl.bytes(), cudaMemcpyDeviceToHost), "l");
   cuda::check(cudaMemcpy(pm.data(), dpm.get(), dpm.bytes(), cudaMemcpyDeviceToHost), "page m");
   cuda::check(cudaMemcpy(pl.data(), dpl.get(), dpl.bytes(), cudaMemcpyDeviceToHost), "page l");
+  std::vector<float> acc(acc0.size());
+  cuda::check(cudaMemcpy(acc.data(), dacc.get(), dacc.bytes(), cudaMemcpyDeviceToHost), "acc");
+  size_t acc_at = 0;  // item b's pages start after the pages of the items before it
 
   CaseResult r;
   const size_t per = static_cast<size_t>(q_heads) * d;
@@ -92,6 +101,10 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
       gp.m.assign(m.begin() + b * q_heads, m.begin() + (b + 1) * q_heads);
       gp.l.assign(l.begin() + b * q_heads, l.begin() + (b + 1) * q_heads);
       const auto rp = attention::page_scores(gp);
+      for (int p = 0; p < np; ++p)
+        r.device_score_err =
+            std::max(r.device_score_err, std::abs(static_cast<double>(acc[acc_at + p]) - (0.25 + 0.5 * rp[p])));
+      acc_at += np;
       for (int p = 0; p < np; ++p) {
         double mass = 0;
         for (int h = 0; h < q_heads; ++h) mass += ref.page_mass[static_cast<size_t>(p) * q_heads + h];
@@ -104,6 +117,7 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   EXPECT_LE(r.gpu_vs_cpu, 2e-5) << "GPU vs CPU mixed kernel";
   if (scores) {
     EXPECT_LE(r.score_err, 1e-5) << "page scores vs the fp64 collector";
+    EXPECT_LE(r.device_score_err, 1e-6) << "device page scores vs attention::page_scores";
   }
   return r;
 }

@@ -81,6 +81,11 @@ struct DecodeBuffers {
   float* l = nullptr;            // optional merged sums [batch][q_heads]
   float* page_m = nullptr;       // optional per-entry [entry][q_heads] (needs a page-granular plan)
   float* page_l = nullptr;
+  // Optional (needs m, l, page_m, page_l): score_acc[offset_b + logical page] += score_weight * r_p, the
+  // page score of attention::page_scores for each batch item b, where offset_b counts the pages of the
+  // items before b. Computed on the device in a fixed order.
+  float* score_acc = nullptr;
+  float score_weight = 1.0f;
 };
 
 class DecodeWorkspace {

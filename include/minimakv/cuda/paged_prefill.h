@@ -1,0 +1,112 @@
+// Tiled (flash-style) causal prefill attention over paged K/V in mixed formats, on tensor cores.
+//
+// Owns: the prefill plan (query tiles x key splits of each sequence) and the launches that attend a
+// prefill chunk of several sequences for one layer. A CTA takes one query tile (64 rows: tokens x the
+// query heads of one GQA group) and one key split (pages of ONE stored format, BF16, FP8 or TQ3), loads
+// each 64-key tile of those pages once, decodes it into shared memory and runs QK^T and PV as fp16
+// mma.sync with fp32 accumulation and a base-2 online softmax. TQ3 keys are never un-rotated: the query
+// is rotated once (q' = R q), values are accumulated in the rotated domain, and the merge applies one
+// inverse rotation to the TQ3 share. Every partial (m, l, O) of a row is merged under one softmax, so
+// no dense copy of the cache exists at any point. Tiles past a tile's last query position are skipped
+// (causal), and keys past a row's position are masked.
+// Precision: queries and decoded K/V rows enter the tensor cores as fp16 (FP8 codes and BF16 values
+// convert exactly in fp16's normal range; TQ3 levels and the softmax weights round to 11 bits), so the
+// output matches an fp64 reference over the same dequantized pages to about 1e-3 relative L2, far below
+// the FP8 codec's own error. The decode kernels (paged_decode.h) stay fp32 throughout.
+// Softmax partials are in the NATURAL logarithm at every output. Supported: head_dim 64/128/256, GQA
+// ratios 1..8, any page size the store allows, partial last pages, any format mix and page order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/paged_decode.h"
+
+namespace minimakv::cuda {
+
+// One sequence of a prefill call: `n` query rows at positions first..first+n-1, stored at rows
+// [row_begin, row_begin + n) of q and out; `pages` are the pages the LAST row may see, in logical order
+// (page p holds positions [p * tokens_per_page, ...)).
+struct PrefillSeq {
+  int row_begin = 0, n = 0;
+  uint32_t first = 0;
+  std::vector<PageRef> pages;
+};
+
+// Device plan records (trivially copyable).
+struct PrefillSeqRec {
+  int32_t row_begin, n, first, pages, tile_begin;
+  int32_t score_offset;  // of the sequence's pages in PrefillBuffers::score_acc
+  int64_t stats_offset;  // of the sequence's [row][page][q_head] block in page_m / page_l
+};
+struct PrefillSplitRec {
+  int32_t seq, format, entry_begin, entry_end, tok_begin, tok_end;
+};
+struct PrefillWorkRec {
+  int32_t split, tile_token;  // first token (relative to the sequence's chunk) of the query tile
+};
+
+struct PrefillPlan {
+  int tile_tokens = 0;  // query tokens per tile: 64 / GQA ratio
+  std::vector<PrefillSeqRec> seqs;
+  std::vector<PlanEntry> entries;  // grouped by (sequence, format), logical order inside a group
+  std::vector<PrefillSplitRec> splits;
+  std::vector<PrefillWorkRec> works;     // grouped by query tile
+  std::vector<int32_t> tile_work_begin;  // [tiles + 1]
+  int rows = 0;
+  int64_t stats_size = 0;  // floats of page_m (and of page_l): sum of n * pages * q_heads
+  std::array<uint64_t, codec::kNumPageFormats> key_reads{};  // (key token, KV head) rows the CTAs read
+};
+
+// split_tokens: keys per split (0: chosen so the grid fills the GPU). Throws std::invalid_argument on an
+// inconsistent shape or page list (a null page id, token counts outside [1, tokens_per_page], rows that
+// overlap, a last row whose position lies outside the listed pages).
+PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens = 0);
+
+struct PrefillBuffers {
+  const float* q = nullptr;      // [rows][q_heads][head_dim]
+  const float* signs = nullptr;  // rotation signs of this layer: [kv_heads][head_dim]
+  float* out = nullptr;          // [rows][q_heads][head_dim]
+  float* m = nullptr;            // optional merged max logits [rows][q_heads]
+  float* l = nullptr;            // optional merged sums [rows][q_heads]
+  // Optional per-page partials, [row][page][q_head] per sequence at its stats_offset. Written for every
+  // page a row's position reaches (l = 0 when masked); pages past a row's position are left unwritten.
+  float* page_m = nullptr;
+  float* page_l = nullptr;
+  // Optional (needs the four above): score_acc[score_offset + p] += score_weight * r_p, the page score
+  // of eq. 7-9 as attention::page_scores computes it (renormalised over the pages each row sees,
+  // averaged over query heads and rows), for every sequence; computed on the device in a fixed order.
+  float* score_acc = nullptr;
+  float score_weight = 1.0f;
+};
+
+// Device buffers of prefill calls, grown on demand (never inside a captured graph). One call at a time
+// per workspace: run() waits until the previous call's plan copy has left the pinned staging buffer.
+class PrefillWorkspace {
+ public:
+  explicit PrefillWorkspace(const DecodeShape& shape);
+  ~PrefillWorkspace();
+  PrefillWorkspace(const PrefillWorkspace&) = delete;
+  PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
+
+  // Queues the rotation, split and merge kernels on `stream` and returns what they read (route, bytes
+  // per format). Throws std::invalid_argument when the plan does not fit the shape or reads a format
+  // the pools lack (nothing is launched then).
+  DecodeStats run(const PrefillPlan& plan, const PoolViews& pools, const PrefillBuffers& io, cudaStream_t stream);
+
+ private:
+  DecodeShape shape_;
+  size_t blob_cap_ = 0, rows_cap_ = 0, works_cap_ = 0;
+  PinnedArray<uint8_t> staging_;
+  DeviceArray<uint8_t> plan_;
+  DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
+  DeviceArray<double> row_total_;  // [rows][q_heads]: page-addressable mass of each row (page scores)
+  cudaEvent_t staged_copied_ = nullptr;
+};
+
+}  // namespace minimakv::cuda

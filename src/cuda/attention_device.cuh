@@ -1,0 +1,100 @@
+// Device helpers shared by the paged attention kernels (decode and prefill): page metadata loads, FP8
+// decoding, the base-2 softmax-state merge and the block FWHT of the TQ3 rotation.
+//
+// Invariant: every kernel that includes this reads pages in exactly the layouts of docs/formats.md and
+// keeps softmax states in base 2 internally (exp2f), converting to natural-log partials (m * ln 2) at
+// its outputs, like the CPU kernels.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "minimakv/codec/page_layout.h"
+
+namespace minimakv::cuda::detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Per-vector metadata of one (token, head) row: FP8 rows carry an fp32 scale, TQ3 rows an fp16 norm,
+// BF16 rows nothing (scale 1).
+template <int F>
+__device__ inline float load_meta(const uint8_t* p) {
+  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+    return 1.0f;
+  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+    return *reinterpret_cast<const float*>(p);
+  } else {
+    return __half2float(__half(__half_raw{*reinterpret_cast<const uint16_t*>(p)}));
+  }
+}
+
+__device__ inline void fp8x4_to_float(uint32_t w, float* x) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((w >> (16 * j)) & 0xffffu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    x[2 * j] = __half2float(__half(__half_raw{h.x}));
+    x[2 * j + 1] = __half2float(__half(__half_raw{h.y}));
+  }
+}
+
+// Merges the base-2 softmax state (m2, l2) into (m, l); returns the factors applied to each side.
+__device__ inline void merge_ml(float& m, float& l, float m2, float l2, float& c1, float& c2) {
+  if (l2 == 0.0f) {
+    c1 = 1.0f;
+    c2 = 0.0f;
+    return;
+  }
+  if (l == 0.0f) {
+    m = m2;
+    l = l2;
+    c1 = 0.0f;
+    c2 = 1.0f;
+    return;
+  }
+  const float mn = fmaxf(m, m2);
+  c1 = exp2f(m - mn);
+  c2 = exp2f(m2 - mn);
+  l = l * c1 + l2 * c2;
+  m = mn;
+}
+
+// Share of one page in one query head's attention, q = exp(m_p - m) l_p / l (natural-log partials), in
+// double like attention::page_scores on the CPU.
+__device__ inline double page_share(float m_page, float l_page, float m, float l) {
+  return (l > 0.0f && l_page > 0.0f) ? exp(static_cast<double>(m_page) - m) * l_page / l : 0.0;
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024), in a fixed order; every thread
+// gets the result. `scratch` holds 32 doubles.
+__device__ inline double block_sum(double v, double* scratch) {
+  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double t = 0.0;
+  for (int w = 0; w < warps; ++w) t += scratch[w];
+  return t;
+}
+
+// Canonical in-place FWHT of x[0..D) by the first D / 2 threads of the block (all threads call it).
+template <int D>
+__device__ void block_fwht(float* x) {
+  for (int hh = 1; hh < D; hh <<= 1) {
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < D / 2) {
+      const int pidx = threadIdx.x;
+      const int j = (pidx / hh) * 2 * hh + (pidx % hh);
+      const float a = x[j], b = x[j + hh];
+      x[j] = __fadd_rn(a, b);
+      x[j + hh] = __fadd_rn(a, -b);
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace minimakv::cuda::detail
