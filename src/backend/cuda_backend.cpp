@@ -5,11 +5,13 @@
 // this backend makes (cache::PageStorage's ordering contract). Attention of one layer:
 //   1. the store hands out the slots of the chunk's tokens (claim_layer_slots) and append_tokens
 //      quantizes K/V into them (FP8, or BF16 in the dense mode) on the device;
-//   2. each query row becomes one item of a decode plan over the pages it may see (its sequence's pages
-//      up to its own position, the last one partial), so a prefill chunk is causal and reads earlier
-//      pages in their stored formats, FP8 and TQ3, with no dense copy;
-//   3. the paged decode kernels attend and merge under one softmax; with page scores, the per-page
-//      (m_p, l_p) come back to the host and go through attention::page_scores like the CPU's.
+//   2. decode (one row per sequence): each row becomes one item of a decode plan over its sequence's
+//      pages, and the split-K paged decode kernels attend and merge under one softmax;
+//   3. prefill (a chunk of rows in some sequence): the tiled tensor-core prefill kernels take query
+//      tiles x key splits of each sequence, causal, reading every earlier page in its stored format,
+//      FP8 and TQ3, with no dense copy;
+//   4. with page scores, the kernels' per-page (m_p, l_p) come back to the host and go through
+//      attention::page_scores like the CPU's.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +32,7 @@
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/page_writes.h"
 #include "minimakv/cuda/paged_decode.h"
+#include "minimakv/cuda/paged_prefill.h"
 
 namespace minimakv::backend {
 
@@ -281,6 +284,11 @@ class CudaBackend final : public Backend {
 
  private:
   cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
+  void prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
+               int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
+  void record(const cuda::DecodeStats& st);
+  float* score_accumulator(int layer, const std::vector<size_t>& pages);
+  void collect_page_scores(std::vector<std::vector<float>>& page_scores) override;
 
   HostProfile profile_;  // destroyed last: prints after everything else has finished
   std::shared_ptr<Stream> stream_;
@@ -316,7 +324,99 @@ class CudaBackend final : public Backend {
   PlanKey plan_key_;
   cuda::DecodePlan plan_;
   std::vector<uint32_t> item_seq_;  // plan item (query row) -> index into the call's sequences
+  std::unique_ptr<cuda::PrefillWorkspace> prefill_ws_;
+  cuda::DecodeShape prefill_shape_;
+  // Page scores of the forward pass in flight, summed over its layers on the device: score_pages_[i]
+  // pages of sequence i, sequence after sequence.
+  DeviceScratch<float> score_acc_;
+  std::vector<size_t> score_pages_;
 };
+
+float* CudaBackend::score_accumulator(int layer, const std::vector<size_t>& pages) {
+  size_t total = 0;
+  for (size_t n : pages) total += n;
+  if (layer == 0) {  // a forward pass starts: zero the sums
+    score_pages_ = pages;
+    check(cudaMemsetAsync(score_acc_.reserve(total), 0, total * sizeof(float), stream_->s), "score sums");
+  } else if (pages != score_pages_) {
+    throw std::logic_error("attention: page scores of one forward pass must cover the same pages in every layer");
+  }
+  return score_acc_.reserve(total);
+}
+
+void CudaBackend::collect_page_scores(std::vector<std::vector<float>>& page_scores) {
+  if (score_pages_.size() != page_scores.size())
+    throw std::logic_error("collect_page_scores: no page scores of this forward pass on the device");
+  size_t total = 0;
+  for (size_t n : score_pages_) total += n;
+  std::vector<float> sums(total);
+  check(cudaMemcpyAsync(sums.data(), score_acc_.reserve(total), total * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_->s),
+        "score sums");
+  check(cudaStreamSynchronize(stream_->s), "score sums");
+  size_t at = 0;
+  for (size_t i = 0; i < score_pages_.size(); ++i) {
+    add_page_scores(page_scores[i], std::span<const float>(sums).subspan(at, score_pages_[i]), 1.0f);
+    at += score_pages_[i];
+  }
+  score_pages_.clear();
+}
+
+void CudaBackend::record(const cuda::DecodeStats& st) {
+  ++stats_.calls;
+  ++stats_.routes[st.route];
+  for (int f = 0; f < codec::kNumPageFormats; ++f) stats_.bytes_read[f] += st.bytes_read[f];
+  stats_.dense_shadow_bytes += st.dense_shadow_bytes;
+  stats_.fallbacks += st.fallbacks;
+}
+
+void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
+                          int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight) {
+  auto* dev = static_cast<DevicePageStorage*>(store.storage());
+  const auto& sc = store.config();
+  const uint32_t B = static_cast<uint32_t>(sc.tokens_per_page);
+  std::optional<HostProfile::Scope> phase;
+  phase.emplace(profile_, "att prefill plan");
+  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
+  std::vector<cuda::PrefillSeq> ps;
+  for (const SeqRows& s : seqs) {
+    pins.push_back(store.pin(s.seq, layer));
+    const auto& rows = pins.back().rows();
+    const uint32_t last = s.first + static_cast<uint32_t>(s.n) - 1;
+    cuda::PrefillSeq p{s.row, s.n, s.first, {}};
+    for (uint32_t pg = 0; pg <= last / B; ++pg) {
+      const cache::PageEntry e = rows[pg][layer];
+      p.pages.push_back({e.format, e.id, pg == last / B ? last % B + 1 : B});
+    }
+    ps.push_back(std::move(p));
+  }
+  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
+  const auto plan = cuda::make_prefill_plan(ps, shape);
+  if (!prefill_ws_ || prefill_shape_.q_heads != shape.q_heads || prefill_shape_.kv_heads != shape.kv_heads ||
+      prefill_shape_.head_dim != shape.head_dim || prefill_shape_.tokens_per_page != shape.tokens_per_page) {
+    check(cudaStreamSynchronize(stream_->s), "prefill workspace");  // the old one may still be read
+    prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(shape);
+    prefill_shape_ = shape;
+  }
+  phase.reset();
+  phase.emplace(profile_, "att prefill launch");
+  cuda::PrefillBuffers io;
+  io.q = q.data();
+  io.signs = dev->signs(layer);
+  io.out = out.data();
+  const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
+  if (page_scores) {
+    io.m = merged_m_.reserve(rows * qh);
+    io.l = merged_l_.reserve(rows * qh);
+    io.page_m = page_m_.reserve(static_cast<size_t>(plan.stats_size));
+    io.page_l = page_l_.reserve(static_cast<size_t>(plan.stats_size));
+    std::vector<size_t> pages;
+    for (const auto& rec : plan.seqs) pages.push_back(static_cast<size_t>(rec.pages));
+    io.score_acc = score_accumulator(layer, pages);
+    io.score_weight = score_weight;
+  }
+  record(prefill_ws_->run(plan, dev->pool().views(), io, stream_->s));
+}
 
 cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
   auto& ws = ws_[turn];
@@ -359,10 +459,14 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
                       static_cast<int>(slots.size()), stream_->s);
 
-  // 2. One decode item per query row, over the pages its position may see. The layers of one forward
-  // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
-  // plan is built once and later layers only patch in their page ids.
   phase.reset();
+  if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
+    prefill(store, layer, seqs, q, out, q_heads, page_scores, score_weight);
+    return;
+  }
+  // 2. Decode: one plan item per sequence's row, over the pages its position may see. The layers of one
+  // forward pass share the plan's structure (rows, token counts, formats unless a layer is protected),
+  // so a plan is built once and later layers only patch in their page ids.
   phase.emplace(profile_, "att pin");
   std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
   PlanKey key{{}, {}, page_scores != nullptr, q_heads, sc.kv_heads, sc.head_dim, B};
@@ -421,55 +525,14 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     io.l = merged_l_.reserve(plan.batch * qh);
     io.page_m = page_m_.reserve(plan.entries.size() * qh);
     io.page_l = page_l_.reserve(plan.entries.size() * qh);
+    io.score_acc = score_accumulator(layer, pages_seen);
+    io.score_weight = score_weight;
   }
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
   check(cudaEventRecord(plan_consumed_[turn_], stream_->s), "cudaEventRecord");
   pins.clear();
   phase.reset();
-  const cuda::DecodeStats& st = ws.stats();
-  ++stats_.calls;
-  ++stats_.routes[st.route];
-  for (int f = 0; f < codec::kNumPageFormats; ++f) stats_.bytes_read[f] += st.bytes_read[f];
-  stats_.dense_shadow_bytes += st.dense_shadow_bytes;
-  stats_.fallbacks += st.fallbacks;
-  if (!page_scores) return;
-  phase.emplace(profile_, "att scores");
-
-  // 3. Page scores from the kernel's own per-page partials, as the CPU path computes them.
-  std::vector<float> m(plan.batch * qh), l(m.size()), pm(plan.entries.size() * qh), pl(pm.size());
-  check(cudaMemcpyAsync(m.data(), io.m, m.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
-  check(cudaMemcpyAsync(l.data(), io.l, l.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
-  check(cudaMemcpyAsync(pm.data(), io.page_m, pm.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
-  check(cudaMemcpyAsync(pl.data(), io.page_l, pl.size() * 4, cudaMemcpyDeviceToHost, stream_->s), "scores");
-  check(cudaStreamSynchronize(stream_->s), "scores");
-  // Item (query row) -> its sequence and row inside the sequence.
-  std::vector<std::pair<size_t, int>> owner;
-  std::vector<attention::PagePartials> parts(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    auto& p = parts[i];
-    p.pages = static_cast<int>(pages_seen[i]);
-    p.q_heads = q_heads;
-    p.queries = seqs[i].n;
-    p.m_page.assign(static_cast<size_t>(p.queries) * p.pages * qh, -INFINITY);
-    p.l_page.assign(p.m_page.size(), 0.0f);
-    p.m.assign(static_cast<size_t>(p.queries) * qh, 0.0f);
-    p.l.assign(p.m.size(), 0.0f);
-    for (int t = 0; t < seqs[i].n; ++t) {
-      const size_t item = owner.size();
-      std::copy_n(m.begin() + item * qh, qh, p.m.begin() + t * qh);
-      std::copy_n(l.begin() + item * qh, qh, p.l.begin() + t * qh);
-      owner.emplace_back(i, t);
-    }
-  }
-  for (size_t e = 0; e < plan.entries.size(); ++e) {
-    const auto [i, t] = owner[plan.entries[e].seq];
-    auto& p = parts[i];
-    const size_t at = (static_cast<size_t>(t) * p.pages + plan.entries[e].logical) * qh;
-    std::copy_n(pm.begin() + e * qh, qh, p.m_page.begin() + at);
-    std::copy_n(pl.begin() + e * qh, qh, p.l_page.begin() + at);
-  }
-  for (size_t i = 0; i < seqs.size(); ++i)
-    add_page_scores((*page_scores)[i], attention::page_scores(parts[i]), score_weight);
+  record(ws.stats());
 }
 
 }  // namespace

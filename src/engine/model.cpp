@@ -128,6 +128,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
     be.matmul(a, n, I, L.down, H, o);
     be.add(x, o);
   }
+  if (page_scores) be.collect_page_scores(*page_scores);
   for (const auto& ch : chunks) store.commit_append(ch.seq);
   be.rmsnorm(x, rows, H, final_norm_, eps);
   const backend::Tensor& head = lm_head_.size() ? lm_head_ : embed_;

@@ -93,10 +93,13 @@ class Backend {
   // q: [rows][q_heads][head_dim] after RoPE; k, v: [rows][kv_heads][head_dim]; out like q. Every
   // sequence must have begun an append of its rows (KvStore::begin_append_batch). page_scores, when
   // given, has one vector per sequence, to which this layer adds each logical page's score (eq. 7-9,
-  // averaged over the query heads and the sequence's rows) times `score_weight`.
+  // averaged over the query heads and the sequence's rows) times `score_weight`. A backend may keep
+  // the sum on its device from layer 0 on and add it to page_scores only in collect_page_scores(),
+  // which the forward pass calls once after its last layer.
   virtual void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                          const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
                          std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
+  virtual void collect_page_scores(std::vector<std::vector<float>>& /*page_scores*/) {}
   virtual AttentionStats attention_stats() const { return {}; }
 };
 
