@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "minimakv/eval/report.h"
@@ -31,7 +32,47 @@ void fill_defaults(EvalCmdOptions& o) {
 
 }  // namespace
 
+// NIAH runs made separately (e.g. shards by task, in parallel processes) as one report: the same
+// tables and paired statistics as one run over all of them.
+int run_merge(const EvalCmdOptions& o) {
+  if (o.inputs.empty()) throw std::invalid_argument("eval merge: give the runs' --json files with --inputs");
+  std::vector<std::vector<eval::NiahRecord>> runs;
+  nlohmann::json first;
+  std::string md = "Merged from " + std::to_string(o.inputs.size()) + " runs:";
+  for (const auto& path : o.inputs) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("eval merge: cannot read " + path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument("eval merge: " + path + " is not JSON: " + e.what());
+    }
+    if (!j.contains("niah")) throw std::invalid_argument("eval merge: " + path + " holds no NIAH run");
+    if (first.is_null()) first = j;
+    for (const char* key : {"model", "seed", "device_name"})
+      if (j.value(key, nlohmann::json()) != first.value(key, nlohmann::json()))
+        throw std::invalid_argument(std::string("eval merge: ") + path + " differs in '" + key + "' from " +
+                                    o.inputs[0]);
+    runs.push_back(eval::niah_records_from_json(j["niah"]));
+    md += " `" + path + "`";
+  }
+  const auto recs = eval::merge_niah_records(runs);
+  const uint64_t seed = first.value("seed", uint64_t{1});
+  md += fmt::format(" (model `{}`, {} {}).\n\n### RULER-NIAH\n", first.value("model", std::string()),
+                    first.value("device", std::string()), first.value("device_name", std::string()));
+  md += eval::niah_markdown(recs, seed);
+  nlohmann::json j = first;
+  j["niah"] = eval::to_json(recs, seed);
+  j["merged_from"] = o.inputs;
+  std::fputs(md.c_str(), stdout);
+  if (!o.markdown.empty()) std::ofstream(o.markdown) << md;
+  if (!o.json.empty()) std::ofstream(o.json) << j.dump(1) << "\n";
+  return 0;
+}
+
 int run_eval(EvalCmdOptions o) {
+  if (o.what == "merge") return run_merge(o);
   fill_defaults(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto model = engine::Model::load(o.model, backend::parse_device(o.device));
@@ -41,8 +82,8 @@ int run_eval(EvalCmdOptions o) {
   const std::string where = model->backend().device() == backend::Device::kCuda
                                 ? "GPU " + model->backend().describe()
                                 : std::to_string(threads) + " CPU threads";
-  nlohmann::json j = {{"model", o.model},   {"seed", o.seed},    {"threads", threads},
-                      {"quick", o.quick},   {"device", o.device}, {"device_name", model->backend().describe()}};
+  nlohmann::json j = {{"model", o.model}, {"seed", o.seed},     {"threads", threads},
+                      {"quick", o.quick}, {"device", o.device}, {"device_name", model->backend().describe()}};
   std::string md = fmt::format(
       "Model `{}`, seed {}, {}. Compression happens during prefill: every arm prefills "
       "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
@@ -76,6 +117,7 @@ int run_eval(EvalCmdOptions o) {
     cfg.tasks = o.tasks;
     cfg.lengths = o.lengths;
     cfg.examples = o.examples;
+    cfg.first_example = o.first_example;
     cfg.seed = o.seed;
     cfg.arms = o.arms;
     cfg.page_size = o.page_size;

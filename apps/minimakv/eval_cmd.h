@@ -8,13 +8,15 @@
 namespace minimakv::app {
 
 struct EvalCmdOptions {
-  std::string what = "all";  // niah | kl | memory | all
+  std::string what = "all";         // niah | kl | memory | all | merge
+  std::vector<std::string> inputs;  // merge: --json files of NIAH runs (shards of one protocol)
   std::string model = "models/minima-qwen3-23m";
   std::string data = "data";
   std::string device = "cpu";
   std::vector<std::string> tasks;
   std::vector<int> lengths;
   int examples = 0;
+  int first_example = 0;
   std::vector<std::string> arms;
   uint64_t seed = 1;
   int page_size = 64, prefill_chunk = 512, gen_budget = 64, threads = 0;

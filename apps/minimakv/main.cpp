@@ -79,12 +79,16 @@ int main(int argc, char** argv) {
 
   minimakv::app::EvalCmdOptions eo;
   auto* ev = app.add_subcommand("eval", "RULER-NIAH, KL and KV memory of bf16 / fp8 / minima arms on identical inputs");
-  ev->add_option("what", eo.what, "niah, kl, memory or all")->check(CLI::IsMember({"niah", "kl", "memory", "all"}));
+  ev->add_option("what", eo.what, "niah, kl, memory, all, or merge (NIAH runs of --inputs into one report)")
+      ->check(CLI::IsMember({"niah", "kl", "memory", "all", "merge"}));
+  ev->add_option("--inputs", eo.inputs, "merge: --json files of NIAH runs (e.g. shards by task)")->delimiter(',');
   ev->add_option("--model", eo.model, "model directory");
   ev->add_option("--data", eo.data, "directory made by scripts/data/extract_corpus.py (essay, evaluation words)");
   ev->add_option("--tasks", eo.tasks, "RULER NIAH tasks (default: all eight)")->delimiter(',');
   ev->add_option("--lengths", eo.lengths, "lengths in model tokens, prompt plus generation budget")->delimiter(',');
   ev->add_option("--examples", eo.examples, "examples per task and length")->check(CLI::Range(1, 100000));
+  ev->add_option("--first-example", eo.first_example, "index of the first example (split one protocol into runs)")
+      ->check(CLI::Range(0, 100000));
   ev->add_option("--arms", eo.arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")
       ->delimiter(',');
   ev->add_option("--seed", eo.seed, "example and bootstrap seed");

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
+#include "minimakv/eval/niah.h"
 #include "minimakv/eval/stats.h"
 
 namespace minimakv::eval {
@@ -217,6 +220,68 @@ nlohmann::json to_json(const std::vector<NiahRecord>& rs, uint64_t seed) {
                             {"ci95", {100 * p.lo, 100 * p.hi}},
                             {"mcnemar_p", p.mcnemar_p}});
   return j;
+}
+
+std::vector<NiahRecord> niah_records_from_json(const nlohmann::json& niah) {
+  auto field = [](const nlohmann::json& j, const char* key) -> const nlohmann::json& {
+    if (!j.is_object() || !j.contains(key))
+      throw std::invalid_argument(std::string("NIAH record: missing '") + key + "'");
+    return j.at(key);
+  };
+  std::vector<NiahRecord> out;
+  try {
+    for (const auto& j : field(niah, "records")) {
+      NiahRecord r;
+      r.task = field(j, "task").get<std::string>();
+      r.arm = field(j, "arm").get<std::string>();
+      r.length = field(j, "length").get<int>();
+      r.index = field(j, "index").get<int>();
+      r.score = field(j, "score").get<double>();
+      r.output = field(j, "output").get<std::string>();
+      r.prompt_tokens = field(j, "prompt_tokens").get<size_t>();
+      r.reused_tokens = field(j, "reused_tokens").get<size_t>();
+      r.generated = field(j, "generated").get<size_t>();
+      r.prefill_s = field(j, "prefill_s").get<double>();
+      r.decode_s = field(j, "decode_s").get<double>();
+      const auto& kv = field(j, "kv");
+      r.kv.recent = field(kv, "recent").get<size_t>();
+      r.kv.anchor = field(kv, "anchor").get<size_t>();
+      r.kv.stale = field(kv, "stale").get<size_t>();
+      r.kv.block_tables = field(kv, "block_tables").get<size_t>();
+      r.kv.live_tokens = field(kv, "live_tokens").get<size_t>();
+      r.kv.bytes_per_token = field(kv, "bytes_per_token").get<double>();
+      r.kv.reconciled = field(kv, "reconciled").get<bool>();
+      out.push_back(std::move(r));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("NIAH record: ") + e.what());
+  }
+  return out;
+}
+
+std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRecord>>& runs) {
+  std::set<std::tuple<int, std::string, std::string, int>> seen;
+  std::vector<NiahRecord> out;
+  for (const auto& run : runs)
+    for (const auto& r : run) {
+      if (!seen.emplace(r.length, r.task, r.arm, r.index).second)
+        throw std::invalid_argument("merge: example " + std::to_string(r.index) + " of " + r.task + " at " +
+                                    std::to_string(r.length) + " tokens, arm " + r.arm + ", appears in two runs");
+      out.push_back(r);
+    }
+  // The order one run makes (length, task in RULER's order, example; arms as they came), so the tables
+  // and the bootstrap's draws are those of a single run over the same examples.
+  auto rank = [](const std::string& task) {
+    const auto& all = ruler_niah_tasks();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i].name == task) return i;
+    return all.size();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const NiahRecord& a, const NiahRecord& b) {
+    return std::make_tuple(a.length, rank(a.task), a.task, a.index) <
+           std::make_tuple(b.length, rank(b.task), b.task, b.index);
+  });
+  return out;
 }
 
 nlohmann::json to_json(const std::vector<KlRecord>& rs) {

@@ -102,7 +102,7 @@ std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& dat
   std::vector<NiahRecord> out;
   for (int len : cfg.lengths)
     for (const auto* t : tasks)
-      for (int i = 0; i < cfg.examples; ++i) {
+      for (int i = cfg.first_example; i < cfg.first_example + cfg.examples; ++i) {
         const Example ex = gen.make(*t, len, cfg.gen_budget, i);
         for (const auto& arm : arms) {
           engine::GenerateOptions opt = arm.opt;

@@ -18,6 +18,13 @@ std::string kl_markdown(const std::vector<KlRecord>& records);
 std::string memory_markdown(const std::vector<MemoryRecord>& records);
 
 nlohmann::json to_json(const std::vector<NiahRecord>& records, uint64_t seed);
+
+// The records of a to_json(NiahRecord) document, back. Throws std::invalid_argument naming the first
+// missing or mistyped field.
+std::vector<NiahRecord> niah_records_from_json(const nlohmann::json& niah);
+// Records of several runs (shards of one protocol) as one set; throws std::invalid_argument when two
+// runs hold the same (length, task, arm, example), since a paired statistic would count it twice.
+std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRecord>>& runs);
 nlohmann::json to_json(const std::vector<KlRecord>& records);
 nlohmann::json to_json(const std::vector<MemoryRecord>& records);
 

@@ -52,6 +52,7 @@ struct NiahConfig {
   std::vector<std::string> tasks;  // empty: all eight
   std::vector<int> lengths{4096};
   int examples = 8;
+  int first_example = 0;  // examples first_example .. first_example + examples - 1 (shards of one protocol)
   uint64_t seed = 1;
   std::vector<std::string> arms{"bf16", "fp8", "minima"};
   int page_size = 64, prefill_chunk = 512, gen_budget = 64;

@@ -1,0 +1,71 @@
+// Reports: NIAH records survive the JSON round trip, shards of one protocol merge into the report a
+// single run gives, and a merge that would count an example twice or a malformed record is refused.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "minimakv/eval/report.h"
+#include "test_util.h"
+
+namespace minimakv::eval {
+namespace {
+
+std::vector<NiahRecord> random_records(std::mt19937_64& rng) {
+  std::vector<NiahRecord> rs;
+  std::bernoulli_distribution hit(0.8);
+  std::uniform_real_distribution<double> sec(0.01, 2.0);
+  for (const char* task : {"niah_single_1", "niah_multivalue"})
+    for (int i = 0; i < 12; ++i)
+      for (const char* arm : {"bf16", "minima"}) {
+        NiahRecord r;
+        r.task = task;
+        r.arm = arm;
+        r.length = 4096;
+        r.index = i;
+        r.score = hit(rng) ? 1.0 : 0.5 * hit(rng);
+        r.output = " 1234567 \"quoted\" \xc3\xa9";
+        r.prompt_tokens = 4000 + rng() % 50;
+        r.reused_tokens = rng() % 10;
+        r.generated = 1 + rng() % 60;
+        r.prefill_s = sec(rng);
+        r.decode_s = sec(rng);
+        r.kv = {rng() % 100000, rng() % 1000, rng() % 100000, rng() % 500, 4000, sec(rng) * 1000, hit(rng)};
+        rs.push_back(r);
+      }
+  return rs;
+}
+
+TEST(Report, NiahRecordsRoundTripThroughJson) {
+  auto rng = testing::rng_for_test();
+  const auto rs = random_records(rng);
+  const auto back = niah_records_from_json(to_json(rs, 7));
+  ASSERT_EQ(back.size(), rs.size());
+  EXPECT_EQ(to_json(back, 7).dump(), to_json(rs, 7).dump());
+  EXPECT_EQ(niah_markdown(back, 7), niah_markdown(rs, 7));
+}
+
+TEST(Report, ShardsByTaskMergeIntoTheSingleRunReport) {
+  auto rng = testing::rng_for_test();
+  const auto rs = random_records(rng);
+  std::vector<NiahRecord> a, b;
+  for (const auto& r : rs) (r.task == "niah_single_1" ? a : b).push_back(r);
+  const auto merged =
+      merge_niah_records({niah_records_from_json(to_json(b, 3)), niah_records_from_json(to_json(a, 3))});
+  EXPECT_EQ(niah_markdown(merged, 3), niah_markdown(rs, 3));
+  EXPECT_THROW(merge_niah_records({a, b, {a.front()}}), std::invalid_argument);
+}
+
+TEST(Report, MalformedRecordsAreRefused) {
+  auto rng = testing::rng_for_test();
+  auto j = to_json(random_records(rng), 1);
+  auto missing = j;
+  missing["records"][3].erase("score");
+  EXPECT_THROW(niah_records_from_json(missing), std::invalid_argument);
+  auto mistyped = j;
+  mistyped["records"][0]["kv"]["reconciled"] = "yes";
+  EXPECT_THROW(niah_records_from_json(mistyped), std::invalid_argument);
+  EXPECT_THROW(niah_records_from_json(nlohmann::json::array()), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace minimakv::eval
