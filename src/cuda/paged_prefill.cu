@@ -56,8 +56,9 @@ template <int D>
 struct PrefillSmem {
   static constexpr int kQStride = D + 8;  // halves; odd multiples of 16 bytes: no bank conflicts in mma loads
   static constexpr int kVStride = kKeys + 8;
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + sizeof(__half) * kRows * kQStride;
+  static constexpr size_t kQ = 0;  // the query as two fp16 terms, hi + lo (see prefill_split)
+  static constexpr size_t kQLo = kQ + sizeof(__half) * kRows * kQStride;
+  static constexpr size_t kK = kQLo + sizeof(__half) * kRows * kQStride;
   static constexpr size_t kVt = kK + sizeof(__half) * kKeys * kQStride;
   static constexpr size_t kKScale = kVt + sizeof(__half) * D * kVStride;
   static constexpr size_t kVScale = kKScale + sizeof(float) * kKeys;
@@ -118,6 +119,7 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
   using SM = PrefillSmem<D>;
   constexpr int QS = SM::kQStride, VS = SM::kVStride;
   __half* qs = reinterpret_cast<__half*>(smem + SM::kQ);
+  __half* qlo = reinterpret_cast<__half*>(smem + SM::kQLo);
   __half* ks = reinterpret_cast<__half*>(smem + SM::kK);
   __half* vt = reinterpret_cast<__half*>(smem + SM::kVt);
   float* kscale = reinterpret_cast<float*>(smem + SM::kKScale);
@@ -138,7 +140,9 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(static_cast<int>(threadIdx.x));
 
-  // The query tile in fp16, pre-scaled so that logits come out in base 2.
+  // The query tile, pre-scaled so that logits come out in base 2, as hi + lo fp16 terms: two MMAs per
+  // K fragment give the logits to about fp32 accuracy (K codes are exact in fp16), so page scores and
+  // the softmax do not inherit fp16 rounding.
   const float* qsrc = F == static_cast<int>(codec::PageFormat::kTq3) ? p.q_rot : p.q;
   const float qscale = p.scale * kLog2e;
   const int tile_rows = min(TQ, sq.n - wk.tile_token);
@@ -153,7 +157,10 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
       a = qsrc[o] * qscale;
       b = qsrc[o + 1] * qscale;
     }
-    *reinterpret_cast<uint32_t*>(qs + r * QS + d2) = pack_half2(a, b);
+    const __half2 hi = __floats2half2_rn(a, b);
+    *reinterpret_cast<__half2*>(qs + r * QS + d2) = hi;
+    *reinterpret_cast<uint32_t*>(qlo + r * QS + d2) =
+        pack_half2(a - __half2float(__low2half(hi)), b - __half2float(__high2half(hi)));
   }
   int qpos[2], qtok[2];
 #pragma unroll
@@ -245,6 +252,10 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
         const uint8_t* kr = base + (ro - 1);
         decode8<F>(kr, c, levels, kx);
         decode8<F>(kr + L.v_codes, c, levels, vx);
+        // V rows carry their scale (values in fp16's normal range); K scales apply to the fp32 logits.
+        const float vsc = vscale[j];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vx[e] = __float2half_rn(__half2float(vx[e]) * vsc);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) kx[e] = vx[e] = __float2half_rn(0.0f);
@@ -259,17 +270,20 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
     float s[kKeys / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const __half* qw = qs + (warp * 16 + g) * QS + 2 * t4;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a[4] = {*reinterpret_cast<const uint32_t*>(qw + kk * 16),
-                             *reinterpret_cast<const uint32_t*>(qw + 8 * QS + kk * 16),
-                             *reinterpret_cast<const uint32_t*>(qw + kk * 16 + 8),
-                             *reinterpret_cast<const uint32_t*>(qw + 8 * QS + kk * 16 + 8)};
+    for (int part = 0; part < 2; ++part) {
+      const __half* qw = (part == 0 ? qs : qlo) + (warp * 16 + g) * QS + 2 * t4;
 #pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        const __half* kb = ks + (nt * 8 + g) * QS + kk * 16 + 2 * t4;
-        mma16816(s[nt], a, *reinterpret_cast<const uint32_t*>(kb), *reinterpret_cast<const uint32_t*>(kb + 8));
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a[4] = {*reinterpret_cast<const uint32_t*>(qw + kk * 16),
+                               *reinterpret_cast<const uint32_t*>(qw + 8 * QS + kk * 16),
+                               *reinterpret_cast<const uint32_t*>(qw + kk * 16 + 8),
+                               *reinterpret_cast<const uint32_t*>(qw + 8 * QS + kk * 16 + 8)};
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+          const __half* kb = ks + (nt * 8 + g) * QS + kk * 16 + 2 * t4;
+          mma16816(s[nt], a, *reinterpret_cast<const uint32_t*>(kb), *reinterpret_cast<const uint32_t*>(kb + 8));
+        }
       }
     }
     float mref[2];
@@ -336,15 +350,12 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
         }
       }
     }
-    // O += P V, with P (times each key's V scale) as the fp16 A operand straight from the S fragments.
+    // O += P V, with P in [0, 1] as the fp16 A operand straight from the S fragments.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const int j0 = kk * 16 + 2 * t4, j1 = j0 + 8;
-      const float v00 = vscale[j0], v01 = vscale[j0 + 1], v10 = vscale[j1], v11 = vscale[j1 + 1];
-      const uint32_t a[4] = {pack_half2(s[2 * kk][0] * v00, s[2 * kk][1] * v01),
-                             pack_half2(s[2 * kk][2] * v00, s[2 * kk][3] * v01),
-                             pack_half2(s[2 * kk + 1][0] * v10, s[2 * kk + 1][1] * v11),
-                             pack_half2(s[2 * kk + 1][2] * v10, s[2 * kk + 1][3] * v11)};
+      const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                             pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
         const __half* vb = vt + (nt * 8 + g) * VS + kk * 16 + 2 * t4;

@@ -9,10 +9,12 @@
 // inverse rotation to the TQ3 share. Every partial (m, l, O) of a row is merged under one softmax, so
 // no dense copy of the cache exists at any point. Tiles past a tile's last query position are skipped
 // (causal), and keys past a row's position are masked.
-// Precision: queries and decoded K/V rows enter the tensor cores as fp16 (FP8 codes and BF16 values
-// convert exactly in fp16's normal range; TQ3 levels and the softmax weights round to 11 bits), so the
-// output matches an fp64 reference over the same dequantized pages to about 1e-3 relative L2, far below
-// the FP8 codec's own error. The decode kernels (paged_decode.h) stay fp32 throughout.
+// Precision: the query enters the tensor cores as two fp16 terms (hi + lo) against K codes that are
+// exact in fp16 (FP8 codes, BF16 values; TQ3 levels round to 11 bits), so logits, the softmax and the
+// per-page partials behind the page scores are close to fp32. The softmax weights and the scaled V
+// values are single fp16 terms, so the output matches an fp64 reference over the same dequantized
+// pages to a few 1e-4 relative L2, far below the FP8 codec's own error. The decode kernels
+// (paged_decode.h) stay fp32 throughout.
 // Softmax partials are in the NATURAL logarithm at every output. Supported: head_dim 64/128/256, GQA
 // ratios 1..8, any page size the store allows, partial last pages, any format mix and page order.
 #pragma once
