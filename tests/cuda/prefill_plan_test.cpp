@@ -1,0 +1,148 @@
+// The prefill plan is host code and runs without a GPU: every page a row's position reaches is read by
+// exactly one work of that row's query tile (and no work reads only pages past its tile), splits hold
+// whole pages of one format, the offsets of the per-page partials and page scores tile their buffers,
+// the byte accounting matches a brute-force count, and bad inputs are refused.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "minimakv/cuda/paged_prefill.h"
+#include "test_util.h"
+
+namespace minimakv {
+namespace {
+
+using codec::PageFormat;
+
+struct Case {
+  cuda::DecodeShape shape;
+  std::vector<cuda::PrefillSeq> seqs;
+};
+
+Case random_case(std::mt19937_64& rng) {
+  const int B = std::array{16, 48, 64, 256}[rng() % 4];
+  const int kv = 1 + static_cast<int>(rng() % 2), G = 1 + static_cast<int>(rng() % 8);
+  Case c{{G * kv, kv, 128, B, 0.0f}, {}};
+  const int n_seqs = 1 + static_cast<int>(rng() % 3);
+  int rows = 0;
+  uint32_t next_id = 1;
+  for (int s = 0; s < n_seqs; ++s) {
+    const int n = 1 + static_cast<int>(rng() % 300);
+    const uint32_t first = static_cast<uint32_t>(rng() % 3000);
+    const uint32_t last = first + n - 1;
+    cuda::PrefillSeq seq{rows, n, first, {}};
+    for (uint32_t p = 0; p <= last / B; ++p) {
+      const auto f = static_cast<PageFormat>(rng() % 3);
+      seq.pages.push_back({f, next_id++, p == last / B ? last % B + 1 : static_cast<uint32_t>(B)});
+    }
+    rows += n;
+    c.seqs.push_back(std::move(seq));
+  }
+  return c;
+}
+
+TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  for (int trial = 0; trial < 200; ++trial) {
+    const Case c = random_case(rng);
+    const int split_tokens = std::array{0, 128, 1024}[trial % 3];
+    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, split_tokens);
+    const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
+    ASSERT_EQ(plan.tile_tokens, 64 / G);
+    ASSERT_EQ(plan.seqs.size(), c.seqs.size());
+    int64_t stats = 0;
+    int32_t score_pages = 0, tiles = 0, rows = 0;
+    std::array<uint64_t, codec::kNumPageFormats> reads{};
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const auto& in = c.seqs[s];
+      const auto& rec = plan.seqs[s];
+      EXPECT_EQ(rec.row_begin, rows);
+      EXPECT_EQ(rec.pages, static_cast<int>(in.pages.size()));
+      EXPECT_EQ(rec.stats_offset, stats);
+      EXPECT_EQ(rec.score_offset, score_pages);
+      EXPECT_EQ(rec.tile_begin, tiles);
+      const int seq_tiles = (in.n + plan.tile_tokens - 1) / plan.tile_tokens;
+      for (int k = 0; k < seq_tiles; ++k) {
+        const uint32_t last = in.first + std::min(in.n, (k + 1) * plan.tile_tokens) - 1;
+        std::map<uint32_t, int> seen;  // logical page -> works of this tile that read it
+        for (int w = plan.tile_work_begin[tiles + k]; w < plan.tile_work_begin[tiles + k + 1]; ++w) {
+          const auto& work = plan.works[w];
+          EXPECT_EQ(work.tile_token, k * plan.tile_tokens);
+          const auto& sp = plan.splits[work.split];
+          EXPECT_EQ(sp.seq, static_cast<int>(s));
+          EXPECT_EQ(sp.tok_begin, 0);
+          EXPECT_EQ(sp.tok_end, B);
+          EXPECT_LE(static_cast<int64_t>(plan.entries[sp.entry_begin].logical) * B, last) << "work past its tile";
+          for (int e = sp.entry_begin; e < sp.entry_end; ++e) {
+            const auto& en = plan.entries[e];
+            EXPECT_EQ(en.seq, s);
+            EXPECT_EQ(static_cast<int>(in.pages[en.logical].format), sp.format);
+            EXPECT_EQ(en.page_id, in.pages[en.logical].page_id);
+            ++seen[en.logical];
+          }
+        }
+        for (uint32_t p = 0; p <= last / B; ++p) {
+          EXPECT_EQ(seen[p], 1) << "page " << p << " of tile " << k;
+          const uint64_t keys = std::min<uint64_t>(in.pages[p].tokens, last - p * B + 1);
+          reads[static_cast<int>(in.pages[p].format)] += keys * c.shape.kv_heads;
+        }
+      }
+      rows += in.n;
+      tiles += seq_tiles;
+      stats += static_cast<int64_t>(in.n) * in.pages.size() * c.shape.q_heads;
+      score_pages += static_cast<int32_t>(in.pages.size());
+    }
+    EXPECT_EQ(plan.rows, rows);
+    EXPECT_EQ(plan.stats_size, stats);
+    EXPECT_EQ(plan.tile_work_begin.size(), static_cast<size_t>(tiles) + 1);
+    EXPECT_EQ(plan.tile_work_begin.back(), static_cast<int>(plan.works.size()));
+    // Pages a split reads past a tile's last position are read too (masked in the kernel); the count
+    // only includes keys a row of the tile can see, so it is at most the brute-force count per split.
+    for (int f = 0; f < codec::kNumPageFormats; ++f) EXPECT_EQ(plan.key_reads[f], reads[f]) << "format " << f;
+    if (HasFailure()) return;
+  }
+}
+
+TEST(PrefillPlan, SplitsFillTheGpuAndStayWithinBounds) {
+  // One 512-token chunk at 16K context, GQA 2, 64-token pages: splits of 256..4096 tokens, enough works
+  // for the 132 SMs, whole pages only.
+  cuda::PrefillSeq s{0, 512, 16384 - 512, {}};
+  for (uint32_t p = 0; p < 256; ++p) s.pages.push_back({p < 248 ? PageFormat::kTq3 : PageFormat::kFp8, p + 1, 64});
+  const auto plan = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{s}, {4, 2, 128, 64, 0.0f});
+  EXPECT_EQ(plan.tile_tokens, 32);
+  EXPECT_GE(plan.works.size() * 2, 264u);
+  for (const auto& sp : plan.splits) {
+    EXPECT_GE((sp.entry_end - sp.entry_begin) * 64, 64);
+    EXPECT_LE((sp.entry_end - sp.entry_begin) * 64, 4096);
+  }
+}
+
+TEST(PrefillPlan, BadInputsAreRefused) {
+  const cuda::DecodeShape shape{4, 2, 128, 64, 0.0f};
+  std::vector<cuda::PageRef> pages;
+  for (uint32_t p = 0; p < 4; ++p) pages.push_back({PageFormat::kFp8, p + 1, p < 3 ? 64u : 8u});
+  auto bad = [&](std::vector<cuda::PrefillSeq> seqs, cuda::DecodeShape sh) {
+    EXPECT_THROW(cuda::make_prefill_plan(seqs, sh), std::invalid_argument);
+  };
+  bad({}, shape);
+  bad({{0, 0, 199, pages}}, shape);                       // no rows
+  bad({{1, 10, 190, pages}}, shape);                      // rows not from 0
+  bad({{0, 10, 190, pages}, {5, 1, 199, pages}}, shape);  // overlapping rows
+  bad({{0, 10, 100, pages}}, shape);                      // more pages than the last row sees
+  bad({{0, 10, 190, pages}}, {6, 4, 128, 64, 0.0f});      // q_heads not a multiple of kv_heads
+  bad({{0, 10, 190, pages}}, {18, 2, 128, 64, 0.0f});     // GQA 9
+  bad({{0, 10, 190, pages}}, {4, 2, 96, 64, 0.0f});       // head_dim 96
+  auto null_page = pages;
+  null_page[2].page_id = 0;
+  bad({{0, 10, 190, null_page}}, shape);
+  auto too_many = pages;
+  too_many[0].tokens = 65;
+  bad({{0, 10, 190, too_many}}, shape);
+  EXPECT_NO_THROW(cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{{0, 10, 190, pages}}, shape));
+}
+
+}  // namespace
+}  // namespace minimakv
