@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "minimakv/codec/page_layout.h"
+#include "minimakv/codec/rotation.h"
 
 namespace minimakv::cuda::detail {
 
@@ -95,6 +96,23 @@ __device__ void block_fwht(float* x) {
     }
   }
   __syncthreads();
+}
+
+// The end of a merge for one (row, query head), thread i of a block of D: out[i] = (plain + R^T rot)[i] /
+// l, where rot is the TQ3 share in the rotated domain and signs are the head's rotation signs; x is D
+// floats of shared memory. Thread 0 writes the merged (m, l) where asked.
+template <int D>
+__device__ inline void write_merged(float plain, float rot, float mm, float ll, const float* signs, float* x,
+                                    float* out, float* m_out, float* l_out) {
+  const int i = threadIdx.x;
+  x[i] = rot;
+  block_fwht<D>(x);
+  const float back = (x[i] * codec::inv_sqrt_dim(D)) * signs[i];
+  out[i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
+  if (i == 0) {
+    if (m_out) *m_out = mm;
+    if (l_out) *l_out = ll;
+  }
 }
 
 }  // namespace minimakv::cuda::detail

@@ -413,15 +413,9 @@ __global__ void merge_kernel(StepParams p) {
       else
         plain += o;
     }
-  x[i] = rot;
-  block_fwht<D>(x);
-  const float back = (x[i] * codec::inv_sqrt_dim(D)) * p.signs[h * D + i];
-  const size_t o = (static_cast<size_t>(b) * p.q_heads + hq) * D;
-  p.out[o + i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
-  if (i == 0) {
-    if (p.m) p.m[static_cast<size_t>(b) * p.q_heads + hq] = mm;
-    if (p.l) p.l[static_cast<size_t>(b) * p.q_heads + hq] = ll;
-  }
+  const size_t bh = static_cast<size_t>(b) * p.q_heads + hq;
+  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + bh * D, p.m ? p.m + bh : nullptr,
+                  p.l ? p.l + bh : nullptr);
 }
 
 // One block per batch item: r_p = mean over query heads of each page's share / the head's total.

@@ -449,15 +449,9 @@ __global__ void prefill_merge_kernel(PrefillParams p) {
     else
       plain += v;
   }
-  x[i] = rot;
-  block_fwht<D>(x);
-  const float back = (x[i] * codec::inv_sqrt_dim(D)) * p.signs[h * D + i];
-  const size_t o = (static_cast<size_t>(row) * p.q_heads + hq) * D;
-  p.out[o + i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
-  if (i == 0) {
-    if (p.m) p.m[static_cast<size_t>(row) * p.q_heads + hq] = mm;
-    if (p.l) p.l[static_cast<size_t>(row) * p.q_heads + hq] = ll;
-  }
+  const size_t rh = static_cast<size_t>(row) * p.q_heads + hq;
+  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + rh * D, p.m ? p.m + rh : nullptr,
+                  p.l ? p.l + rh : nullptr);
 }
 
 // row_total[row][hq] = sum over the pages the row's position reaches of exp(m_p - m) l_p / l.
