@@ -10,8 +10,9 @@
 //   3. prefill (a chunk of rows in some sequence): the tiled tensor-core prefill kernels take query
 //      tiles x key splits of each sequence, causal, reading every earlier page in its stored format,
 //      FP8 and TQ3, with no dense copy;
-//   4. with page scores, the kernels' per-page (m_p, l_p) come back to the host and go through
-//      attention::page_scores like the CPU's.
+//   4. with page scores, the kernels turn their per-page (m_p, l_p) into page scores on the device (the
+//      formula of attention::page_scores) and sum them over the layers of the forward pass, which
+//      collects them once, after its last layer (collect_page_scores).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
