@@ -47,7 +47,8 @@ python3 scripts/bench/sdpa_baseline.py ${QUICK:+--quick} --json "$OUT/sdpa.json"
 
 if [[ -f data/corpus/essay.txt ]]; then
   echo "== engine speed (CUDA backend, end to end)"
-  CONTEXTS="${ENGINE_CONTEXTS:-16384}" BATCHES="${ENGINE_BATCHES:-1 8}" BIN="$BUILD/apps/minimakv/minimakv" \
+  CONTEXTS="${ENGINE_CONTEXTS:-16384}" BATCHES="${ENGINE_BATCHES:-1 8}" REPS="${ENGINE_REPS:-5}" \
+    BIN="$BUILD/apps/minimakv/minimakv" \
     OUT="$OUT/engine" bash scripts/bench/engine-speed.sh | tee "$OUT/engine.txt"
 else
   echo "== engine speed skipped: data/corpus/essay.txt missing (scripts/data/extract_corpus.py makes it)"

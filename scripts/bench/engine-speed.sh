@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# End-to-end speed of the engine: prefill tokens/s and decode step time (median, min-max over the steps)
-# for each KV mode, context and batch, on one device. Prompts are held-out prose (data/corpus/essay.txt,
-# made by scripts/data/extract_corpus.py), each sequence starting further into it, cut or repeated to
-# the context. Every sequence generates exactly NEW tokens (--ignore-eos). The table is printed last.
-#   DEVICE=cuda CONTEXTS="16384 32000" BATCHES="1 8" KVS="bf16 fp8 minima" NEW=128 \
+# End-to-end speed of the engine: prefill tokens/s and decode tokens/s for each KV mode, context and
+# batch, on one device, over REPS repetitions. Prompts are held-out prose (data/corpus/essay.txt, made
+# by scripts/data/extract_corpus.py), each sequence starting further into it, cut or repeated to the
+# context. Every sequence generates exactly NEW tokens (--ignore-eos); a run's decode tokens/s is
+# batch / its median step time. Repetitions go round-robin over every configuration, so slow drift of
+# the machine hits all arms alike; each arm's ratio to bf16 is taken within a repetition (paired) and
+# reported as the median and min-max over the repetitions. The table is printed last.
+#   DEVICE=cuda CONTEXTS="16384 32000" BATCHES="1 8" KVS="bf16 fp8 minima" NEW=128 REPS=5 \
 #     BIN=build/release/apps/minimakv/minimakv OUT=dir bash scripts/bench/engine-speed.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,40 +15,58 @@ CONTEXTS=${CONTEXTS:-"16384 32000"}
 BATCHES=${BATCHES:-"1 8"}
 KVS=${KVS:-"bf16 fp8 minima"}
 NEW=${NEW:-128}
+REPS=${REPS:-5}
 BIN=${BIN:-build/release/apps/minimakv/minimakv}
 OUT=${OUT:-build/engine-speed}
 TEXT=${TEXT:-data/corpus/essay.txt}
 mkdir -p "$OUT"
-for ctx in $CONTEXTS; do
-  for b in $BATCHES; do
-    for kv in $KVS; do
-      f="$OUT/speed-$DEVICE-$kv-$ctx-b$b.json"
-      "$BIN" generate --device "$DEVICE" --kv "$kv" --prompt-file "$TEXT" --prompt-tokens $((ctx - NEW)) \
-        --batch "$b" --max-tokens "$NEW" --ignore-eos --json >"$f"
+rm -f "$OUT"/speed-"$DEVICE"-*.json
+for ((rep = 1; rep <= REPS; rep++)); do
+  for ctx in $CONTEXTS; do
+    for b in $BATCHES; do
+      for kv in $KVS; do
+        f="$OUT/speed-$DEVICE-$kv-$ctx-b$b-r$rep.json"
+        "$BIN" generate --device "$DEVICE" --kv "$kv" --prompt-file "$TEXT" --prompt-tokens $((ctx - NEW)) \
+          --batch "$b" --max-tokens "$NEW" --ignore-eos --json >"$f"
+      done
     done
   done
 done
 python3 - "$OUT" "$DEVICE" <<'PY'
-import glob, json, os, sys
+import collections, glob, json, os, statistics, sys
 out, device = sys.argv[1], sys.argv[2]
-rows = []
+runs = collections.defaultdict(dict)  # (ctx, batch, kv) -> rep -> (prefill tok/s, decode tok/s)
+meta = {}
 for f in glob.glob(os.path.join(out, f"speed-{device}-*.json")):
     j = json.load(open(f))
-    _, _, kv, ctx, b = os.path.basename(f)[:-5].split("-")
-    batch = int(b[1:])
+    _, _, kv, ctx, b, r = os.path.basename(f)[:-5].split("-")
+    batch, rep = int(b[1:]), int(r[1:])
     res = j.get("results") or [j]
-    prompt = sum(r["prompt_tokens"] for r in res)
-    prefill = sum(r.get("prefill_s", 0) for r in res) or prompt / j["prefill_tokens_per_s"]
-    st = j["step_ms"]
+    prompt = sum(x["prompt_tokens"] for x in res)
+    prefill = sum(x.get("prefill_s", 0) for x in res) or prompt / j["prefill_tokens_per_s"]
+    key = (int(ctx), batch, kv)
+    runs[key][rep] = (prompt / prefill, batch * 1e3 / j["step_ms"]["median"])
     att = j.get("attention", {})
-    rows.append((int(ctx), batch, kv, prompt / prefill, st["median"], st["min"], st["max"],
-                 batch * 1e3 / st["median"], j["kv_bytes_per_token"], ",".join(att.get("routes", {}).keys()),
-                 att.get("dense_shadow_bytes", 0), j.get("device", "?")))
-rows.sort(key=lambda r: (r[0], r[1], ["bf16", "fp8", "minima"].index(r[2])))
-print(f"\nengine speed on {rows[0][-1] if rows else device}")
-print(f"{'context':>7} {'batch':>5} {'kv':>6} {'prefill tok/s':>13} {'step ms med':>11} {'(min-max)':>15} "
-      f"{'decode tok/s':>12} {'KV B/token':>10} {'routes':>16} {'dense copy B':>12}")
-for r in rows:
-    print(f"{r[0]:>7} {r[1]:>5} {r[2]:>6} {r[3]:>13.0f} {r[4]:>11.2f} {f'({r[5]:.2f}-{r[6]:.2f})':>15} "
-          f"{r[7]:>12.1f} {r[8]:>10.1f} {r[9]:>16} {r[10]:>12}")
+    meta[key] = (j["kv_bytes_per_token"], ",".join(att.get("routes", {}).keys()), att.get("dense_shadow_bytes", 0),
+                 j.get("device", "?"))
+order = ["bf16", "fp8", "minima"]
+keys = sorted(runs, key=lambda k: (k[0], k[1], order.index(k[2]) if k[2] in order else 9))
+def spread(xs):
+    return f"{statistics.median(xs):.0f}" if len(xs) == 1 else \
+        f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
+print(f"\nengine speed on {meta[keys[0]][3] if keys else device}: median (min-max) over repetitions")
+print(f"{'context':>7} {'batch':>5} {'kv':>6} {'reps':>4} {'prefill tok/s':>22} {'decode tok/s':>20} "
+      f"{'decode vs bf16':>20} {'KV B/token':>10} {'routes':>16} {'dense copy B':>12}")
+for k in keys:
+    ctx, batch, kv = k
+    reps = runs[k]
+    pre = [v[0] for v in reps.values()]
+    dec = [v[1] for v in reps.values()]
+    base = runs.get((ctx, batch, "bf16"), {})
+    ratios = [reps[r][1] / base[r][1] for r in reps if r in base]
+    ratio = "-" if not ratios or kv == "bf16" else \
+        f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+    m = meta[k]
+    print(f"{ctx:>7} {batch:>5} {kv:>6} {len(reps):>4} {spread(pre):>22} {spread(dec):>20} {ratio:>20} "
+          f"{m[0]:>10.1f} {m[1]:>16} {m[2]:>12}")
 PY
