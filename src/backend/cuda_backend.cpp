@@ -288,7 +288,12 @@ class CudaBackend final : public Backend {
   void prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
                int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
   void record(const cuda::DecodeStats& st);
-  float* score_accumulator(int layer, const std::vector<size_t>& pages);
+  // Points io's merged (m, l), per-page partials and page-score sum at device buffers: merged_rows
+  // query rows, `partials` (m_p, l_p) floats, the pages of each sequence. Layer 0 starts a forward
+  // pass's sums at zero; later layers must cover the same pages.
+  template <class Io>
+  void request_page_scores(Io& io, size_t merged_rows, size_t partials, int layer, const std::vector<size_t>& pages,
+                           float weight);
   void collect_page_scores(std::vector<std::vector<float>>& page_scores) override;
 
   HostProfile profile_;  // destroyed last: prints after everything else has finished
@@ -324,7 +329,6 @@ class CudaBackend final : public Backend {
   };
   PlanKey plan_key_;
   cuda::DecodePlan plan_;
-  std::vector<uint32_t> item_seq_;  // plan item (query row) -> index into the call's sequences
   std::unique_ptr<cuda::PrefillWorkspace> prefill_ws_;
   cuda::DecodeShape prefill_shape_;
   // Page scores of the forward pass in flight, summed over its layers on the device: score_pages_[i]
@@ -333,7 +337,13 @@ class CudaBackend final : public Backend {
   std::vector<size_t> score_pages_;
 };
 
-float* CudaBackend::score_accumulator(int layer, const std::vector<size_t>& pages) {
+template <class Io>
+void CudaBackend::request_page_scores(Io& io, size_t merged_rows, size_t partials, int layer,
+                                      const std::vector<size_t>& pages, float weight) {
+  io.m = merged_m_.reserve(merged_rows);
+  io.l = merged_l_.reserve(merged_rows);
+  io.page_m = page_m_.reserve(partials);
+  io.page_l = page_l_.reserve(partials);
   size_t total = 0;
   for (size_t n : pages) total += n;
   if (layer == 0) {  // a forward pass starts: zero the sums
@@ -342,7 +352,8 @@ float* CudaBackend::score_accumulator(int layer, const std::vector<size_t>& page
   } else if (pages != score_pages_) {
     throw std::logic_error("attention: page scores of one forward pass must cover the same pages in every layer");
   }
-  return score_acc_.reserve(total);
+  io.score_acc = score_acc_.reserve(total);
+  io.score_weight = weight;
 }
 
 void CudaBackend::collect_page_scores(std::vector<std::vector<float>>& page_scores) {
@@ -407,14 +418,9 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
   io.out = out.data();
   const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
   if (page_scores) {
-    io.m = merged_m_.reserve(rows * qh);
-    io.l = merged_l_.reserve(rows * qh);
-    io.page_m = page_m_.reserve(static_cast<size_t>(plan.stats_size));
-    io.page_l = page_l_.reserve(static_cast<size_t>(plan.stats_size));
     std::vector<size_t> pages;
     for (const auto& rec : plan.seqs) pages.push_back(static_cast<size_t>(rec.pages));
-    io.score_acc = score_accumulator(layer, pages);
-    io.score_weight = score_weight;
+    request_page_scores(io, rows * qh, static_cast<size_t>(plan.stats_size), layer, pages, score_weight);
   }
   record(prefill_ws_->run(plan, dev->pool().views(), io, stream_->s));
 }
@@ -483,26 +489,22 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   phase.reset();
   phase.emplace(profile_, "att plan");
   if (!(key == plan_key_)) {
+    // One plan item per sequence (item i is seqs[i]): its row sees the pages up to its position.
     std::vector<std::vector<cuda::PageRef>> items;
-    item_seq_.clear();
     for (size_t i = 0; i < seqs.size(); ++i) {
-      const SeqRows& s = seqs[i];
       const auto& rows = pins[i].rows();
-      for (int t = 0; t < s.n; ++t) {
-        const size_t pos = s.first + static_cast<size_t>(t), npages = pos / B + 1;
-        std::vector<cuda::PageRef> refs(npages);
-        for (size_t p = 0; p < npages; ++p) {
-          const cache::PageEntry e = rows[p][layer];
-          refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
-        }
-        items.push_back(std::move(refs));
-        item_seq_.push_back(static_cast<uint32_t>(i));
+      const size_t pos = seqs[i].first, npages = pos / B + 1;
+      std::vector<cuda::PageRef> refs(npages);
+      for (size_t p = 0; p < npages; ++p) {
+        const cache::PageEntry e = rows[p][layer];
+        refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
       }
+      items.push_back(std::move(refs));
     }
     plan_ = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
     plan_key_ = std::move(key);
   } else {
-    for (auto& e : plan_.entries) e.page_id = pins[item_seq_[e.seq]].rows()[e.logical][layer].id;
+    for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows()[e.logical][layer].id;
   }
   const cuda::DecodePlan& plan = plan_;
   phase.reset();
@@ -521,14 +523,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   io.signs = dev->signs(layer);
   io.out = out.data();
   const size_t qh = static_cast<size_t>(q_heads);
-  if (page_scores) {
-    io.m = merged_m_.reserve(plan.batch * qh);
-    io.l = merged_l_.reserve(plan.batch * qh);
-    io.page_m = page_m_.reserve(plan.entries.size() * qh);
-    io.page_l = page_l_.reserve(plan.entries.size() * qh);
-    io.score_acc = score_accumulator(layer, pages_seen);
-    io.score_weight = score_weight;
-  }
+  if (page_scores) request_page_scores(io, plan.batch * qh, plan.entries.size() * qh, layer, pages_seen, score_weight);
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
   check(cudaEventRecord(plan_consumed_[turn_], stream_->s), "cudaEventRecord");
   pins.clear();

@@ -9,12 +9,62 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "minimakv/codec/page_layout.h"
 #include "minimakv/codec/rotation.h"
+#include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/paged_decode.h"
 
 namespace minimakv::cuda::detail {
+
+// What the decode and the prefill launches share (kernel parameters, passed by value): the pools, the
+// caller's query, output and page-score buffers, the workspace's rotated queries and partials, and the
+// head geometry. Each launch's own parameters derive from it.
+struct AttendParams {
+  PoolViews pools;
+  const float* q;
+  float* q_rot;
+  const float* signs;
+  float* part_o;
+  float* part_m;
+  float* part_l;
+  float* out;
+  float* m;
+  float* l;
+  float* page_m;
+  float* page_l;
+  float* score_acc;
+  float score_weight;
+  int q_heads, kv_heads, group;
+  float scale;
+};
+
+// Fills the shared part from a launch's buffers (DecodeBuffers or PrefillBuffers, which name the same
+// fields) and the workspace's own arrays.
+template <class Io>
+void set_attend_params(AttendParams& p, const PoolViews& pools, const DecodeShape& shape, const Io& io, float* q_rot,
+                       float* part_o, float* part_m, float* part_l) {
+  p.pools = pools;
+  p.q = io.q;
+  p.q_rot = q_rot;
+  p.signs = io.signs;
+  p.part_o = part_o;
+  p.part_m = part_m;
+  p.part_l = part_l;
+  p.out = io.out;
+  p.m = io.m;
+  p.l = io.l;
+  p.page_m = io.page_m;
+  p.page_l = io.page_l;
+  p.score_acc = io.score_acc;
+  p.score_weight = io.score_weight;
+  p.q_heads = shape.q_heads;
+  p.kv_heads = shape.kv_heads;
+  p.group = shape.q_heads / shape.kv_heads;
+  p.scale = shape.softmax_scale > 0.0f ? shape.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+}
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

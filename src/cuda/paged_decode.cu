@@ -21,25 +21,9 @@ using namespace detail;
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 
-struct StepParams {
+struct StepParams : AttendParams {
   const uint8_t* plan;
   uint32_t off_seq, off_split, off_entry;
-  PoolViews pools;
-  const float* q;
-  float* q_rot;
-  const float* signs;
-  float* part_o;
-  float* part_m;
-  float* part_l;
-  float* out;
-  float* m;
-  float* l;
-  float* page_m;
-  float* page_l;
-  float* score_acc;
-  float score_weight;
-  int q_heads, kv_heads, group;
-  float scale;
 };
 
 __device__ inline int plan_batch(const uint8_t* plan) {
@@ -669,24 +653,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   p.off_seq = static_cast<uint32_t>(off_seq_);
   p.off_split = static_cast<uint32_t>(off_split_);
   p.off_entry = static_cast<uint32_t>(off_entry_);
-  p.pools = pools;
-  p.q = io.q;
-  p.q_rot = q_rot_.get();
-  p.signs = io.signs;
-  p.part_o = part_o_.get();
-  p.part_m = part_m_.get();
-  p.part_l = part_l_.get();
-  p.out = io.out;
-  p.m = io.m;
-  p.l = io.l;
-  p.page_m = io.page_m;
-  p.page_l = io.page_l;
-  p.score_acc = io.score_acc;
-  p.score_weight = io.score_weight;
-  p.q_heads = shape_.q_heads;
-  p.kv_heads = shape_.kv_heads;
-  p.group = shape_.q_heads / shape_.kv_heads;
-  p.scale = shape_.softmax_scale > 0.0f ? shape_.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+  set_attend_params(p, pools, shape_, io, q_rot_.get(), part_o_.get(), part_m_.get(), part_l_.get());
   switch (shape_.head_dim) {
     case 64:
       launch_all<64>(p, batch, splits, stream);

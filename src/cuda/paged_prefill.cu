@@ -22,27 +22,12 @@ constexpr int kRows = 64;  // mma rows per CTA: 4 warps x 16
 constexpr int kKeys = 64;  // keys per tile
 constexpr int kThreads = 128;
 
-struct PrefillParams {
+struct PrefillParams : AttendParams {
   const uint8_t* plan;
   uint32_t off_seq, off_split, off_work, off_tiles, off_entry;
   int n_seqs, n_works, rows;
-  PoolViews pools;
-  const float* q;
-  float* q_rot;
-  const float* signs;
-  float* part_o;
-  float* part_m;
-  float* part_l;
-  float* out;
-  float* m;
-  float* l;
-  float* page_m;
-  float* page_l;
-  float* score_acc;
-  double* row_total;
-  float score_weight;
-  int q_heads, kv_heads, group, tile_tokens, tokens_per_page;
-  float scale;
+  double* row_total;  // [rows][q_heads], for the page scores
+  int tile_tokens, tokens_per_page;
 };
 
 // The sequence a row belongs to (rows are consecutive, sequences in order).
@@ -683,27 +668,10 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   p.n_seqs = static_cast<int>(plan.seqs.size());
   p.n_works = static_cast<int>(plan.works.size());
   p.rows = plan.rows;
-  p.pools = pools;
-  p.q = io.q;
-  p.q_rot = q_rot_.get();
-  p.signs = io.signs;
-  p.part_o = part_o_.get();
-  p.part_m = part_m_.get();
-  p.part_l = part_l_.get();
-  p.out = io.out;
-  p.m = io.m;
-  p.l = io.l;
-  p.page_m = io.page_m;
-  p.page_l = io.page_l;
-  p.score_acc = io.score_acc;
+  set_attend_params(p, pools, shape_, io, q_rot_.get(), part_o_.get(), part_m_.get(), part_l_.get());
   p.row_total = row_total_.get();
-  p.score_weight = io.score_weight;
-  p.q_heads = shape_.q_heads;
-  p.kv_heads = shape_.kv_heads;
-  p.group = shape_.q_heads / shape_.kv_heads;
   p.tile_tokens = plan.tile_tokens;
   p.tokens_per_page = shape_.tokens_per_page;
-  p.scale = shape_.softmax_scale > 0.0f ? shape_.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   int max_pages = 0;
   for (const auto& sq : plan.seqs) max_pages = std::max(max_pages, sq.pages);
   switch (shape_.head_dim) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -93,6 +94,30 @@ inline GpuPageSet make_gpu_pages(std::mt19937_64& rng, codec::PageGeometry geo, 
   for (auto& vs : s.views)
     for (auto& v : vs) v.data = s.host_pages[idx++].data();
   return s;
+}
+
+// A random mix of formats: 20% BF16, 30% FP8, 50% TQ3 pages.
+inline FormatChooser random_format_mix(std::mt19937_64& rng) {
+  return [&rng](int, int, int) {
+    const int x = static_cast<int>(rng() % 10);
+    return x < 2 ? codec::PageFormat::kBf16 : x < 5 ? codec::PageFormat::kFp8 : codec::PageFormat::kTq3;
+  };
+}
+
+// Largest relative error of page scores rp against the fp64 collector's page mass (page_mass:
+// [query][page][q_head]) averaged over the queries and heads; masses below 1e-3 count as 1e-3.
+inline double page_score_error(const std::vector<float>& rp, const std::vector<double>& page_mass, int queries,
+                               int q_heads) {
+  const size_t np = rp.size();
+  double worst = 0;
+  for (size_t p = 0; p < np; ++p) {
+    double mass = 0;
+    for (int t = 0; t < queries; ++t)
+      for (int h = 0; h < q_heads; ++h) mass += page_mass[(static_cast<size_t>(t) * np + p) * q_heads + h];
+    mass /= static_cast<double>(queries) * q_heads;
+    worst = std::max(worst, std::abs(rp[p] - mass) / std::max(mass, 1e-3));
+  }
+  return worst;
 }
 
 inline double rel_l2(const float* a, const double* ref, size_t n) {

@@ -105,12 +105,7 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
         r.device_score_err =
             std::max(r.device_score_err, std::abs(static_cast<double>(acc[acc_at + p]) - (0.25 + 0.5 * rp[p])));
       acc_at += np;
-      for (int p = 0; p < np; ++p) {
-        double mass = 0;
-        for (int h = 0; h < q_heads; ++h) mass += ref.page_mass[static_cast<size_t>(p) * q_heads + h];
-        mass /= q_heads;
-        r.score_err = std::max(r.score_err, std::abs(rp[p] - mass) / std::max(mass, 1e-3));
-      }
+      r.score_err = std::max(r.score_err, testing::page_score_error(rp, ref.page_mass, 1, q_heads));
     }
   }
   EXPECT_LE(r.gpu_vs_ref, 2e-5) << "GPU vs fp64 reference";
@@ -122,13 +117,6 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   return r;
 }
 
-testing::FormatChooser random_mix(std::mt19937_64& rng) {
-  return [&rng](int, int, int) {
-    const int x = static_cast<int>(rng() % 10);
-    return x < 2 ? PageFormat::kBf16 : x < 5 ? PageFormat::kFp8 : PageFormat::kTq3;
-  };
-}
-
 TEST(GpuDecode, EveryHeadDimAndGqaRatioMatchesCpuAndReference) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
@@ -136,7 +124,7 @@ TEST(GpuDecode, EveryHeadDimAndGqaRatioMatchesCpuAndReference) {
     for (int g = 1; g <= 8; ++g) {
       const int H = g <= 4 ? 2 : 1;
       const int B = (g % 2) ? 16 : 64;
-      auto s = testing::make_gpu_pages(rng, {B, H, d}, {1, 333, 777 + g}, random_mix(rng));
+      auto s = testing::make_gpu_pages(rng, {B, H, d}, {1, 333, 777 + g}, testing::random_format_mix(rng));
       SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(g) + " B=" + std::to_string(B));
       const auto r = run_case(rng, s, g * H, 128, g % 3 == 0);
       if (g == 8)
@@ -149,7 +137,7 @@ TEST(GpuDecode, PageSizesAndSplitsFromSixteenToTwoThousandTokens) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   for (int B : {16, 128, 832, 2048}) {
-    auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {5000, 2 * B + 7, 1}, random_mix(rng));
+    auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {5000, 2 * B + 7, 1}, testing::random_format_mix(rng));
     for (int split : {128, 512}) {
       SCOPED_TRACE("B=" + std::to_string(B) + " split=" + std::to_string(split));
       run_case(rng, s, 8, split, false);

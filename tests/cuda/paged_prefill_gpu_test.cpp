@@ -114,15 +114,10 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
     gp.m.assign(m.begin() + rec.row_begin * q_heads, m.begin() + (rec.row_begin + n) * q_heads);
     gp.l.assign(l.begin() + rec.row_begin * q_heads, l.begin() + (rec.row_begin + n) * q_heads);
     const auto rp = attention::page_scores(gp);
-    for (int p = 0; p < np; ++p) {
+    for (int p = 0; p < np; ++p)
       r.device_score_err =
           std::max(r.device_score_err, std::abs(static_cast<double>(acc[rec.score_offset + p]) - (0.25 + 0.5 * rp[p])));
-      double mass = 0;
-      for (int t = 0; t < n; ++t)
-        for (int h = 0; h < q_heads; ++h) mass += ref.page_mass[(static_cast<size_t>(t) * np + p) * q_heads + h];
-      mass /= static_cast<double>(n) * q_heads;
-      r.score_err = std::max(r.score_err, std::abs(rp[p] - mass) / std::max(mass, 1e-3));
-    }
+    r.score_err = std::max(r.score_err, testing::page_score_error(rp, ref.page_mass, n, q_heads));
   }
   // fp16 operands on the tensor cores (see paged_prefill.h): about 1e-3 of the output's norm.
   EXPECT_LE(r.gpu_vs_ref, 3e-3) << "GPU prefill vs fp64 reference";
@@ -134,13 +129,6 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   return r;
 }
 
-testing::FormatChooser random_mix(std::mt19937_64& rng) {
-  return [&rng](int, int, int) {
-    const int x = static_cast<int>(rng() % 10);
-    return x < 2 ? PageFormat::kBf16 : x < 5 ? PageFormat::kFp8 : PageFormat::kTq3;
-  };
-}
-
 TEST(GpuPrefill, EveryHeadDimAndGqaRatioMatchesTheReference) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
@@ -149,7 +137,7 @@ TEST(GpuPrefill, EveryHeadDimAndGqaRatioMatchesTheReference) {
     for (int g = 1; g <= 8; ++g) {
       const int H = g <= 4 ? 2 : 1;
       const int B = (g % 2) ? 16 : 64;
-      auto s = testing::make_gpu_pages(rng, {B, H, d}, {70, 333, 900 + g}, random_mix(rng));
+      auto s = testing::make_gpu_pages(rng, {B, H, d}, {70, 333, 900 + g}, testing::random_format_mix(rng));
       SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(g) + " B=" + std::to_string(B));
       const auto r = run_prefill(rng, s, g * H, {70, 1 + g, 130 + 7 * g}, g % 3 == 0);
       worst = std::max(worst, r.gpu_vs_ref);
@@ -162,7 +150,7 @@ TEST(GpuPrefill, PageSizesChunksAndSplits) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   for (int B : {16, 48, 128, 832}) {
-    auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {3000, 2 * B + 7, 513}, random_mix(rng));
+    auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {3000, 2 * B + 7, 513}, testing::random_format_mix(rng));
     for (int split : {0, 128, 1024}) {
       SCOPED_TRACE("B=" + std::to_string(B) + " split=" + std::to_string(split));
       const auto r = run_prefill(rng, s, 4, {512, B + 3, 513}, split != 128, split);
