@@ -1,11 +1,14 @@
 // Microbenchmarks of the paged store: append per token, a checkpoint that retiers N pages, prefix
-// lookups that hit and miss. Geometry of the embedded model (8 layers, 2 KV heads, d=128, 16-token pages).
+// lookups that hit and miss, and the store's share of one batched decode step of an engine whose pages
+// live elsewhere (the CUDA backend): begin the appends, per layer claim the slots and pin the pages
+// attention reads, commit. Geometry of the embedded model (8 layers, 2 KV heads, d=128).
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "minimakv/cache/kv_store.h"
+#include "minimakv/cache/page_storage.h"
 
 namespace {
 using namespace minimakv::cache;
@@ -86,5 +89,57 @@ void BM_PrefixLookup(benchmark::State& st) {
   st.SetLabel(hit ? "1024 tokens, 64 pages hit" : "miss on the first page");
 }
 BENCHMARK(BM_PrefixLookup)->Arg(1)->Arg(0);
+
+// Bytes elsewhere, nothing to move: only the store's bookkeeping is timed.
+class NoStorage final : public PageStorage {
+ public:
+  void copy_page(PageFormat, PageId, PageId) override {}
+  void convert(std::span<const Conversion>) override {}
+};
+
+// Args: context tokens, batch. 64-token pages as in the engine.
+constexpr int kDecodeSteps = 1000;
+void BM_DecodeStepBookkeeping(benchmark::State& st) {
+  const size_t context = static_cast<size_t>(st.range(0)), batch = static_cast<size_t>(st.range(1));
+  StoreConfig c = bench_config(0);
+  c.tokens_per_page = 64;
+  // Room for the steps the benchmark runs (a fixed count, so the sequences cannot outgrow it).
+  c.fp8_pages = c.tq3_pages = ((context + kDecodeSteps) / 64 + 2) * batch * 8;
+  KvStore store(c, std::make_unique<NoStorage>());
+  std::vector<SeqId> seqs;
+  std::vector<int32_t> ids(context);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 8192);
+  auto append = [&](SeqId s, std::span<const int32_t> t) {
+    const KvStore::AppendChunk ch{s, t};
+    store.begin_append_batch(std::span<const KvStore::AppendChunk>(&ch, 1));
+    for (int l = 0; l < c.layers; ++l) store.claim_layer_slots(s, l);
+    store.commit_append(s);
+  };
+  for (size_t b = 0; b < batch; ++b) {
+    seqs.push_back(store.create_sequence());
+    for (size_t o = 0; o < context; o += 512) append(seqs.back(), std::span<const int32_t>(ids).subspan(o, 512));
+  }
+  const int32_t token = 7;
+  for (auto _ : st) {
+    std::vector<KvStore::AppendChunk> chunks;
+    for (SeqId s : seqs) chunks.push_back({s, std::span<const int32_t>(&token, 1)});
+    store.begin_append_batch(chunks);
+    for (int l = 0; l < c.layers; ++l) {
+      std::vector<PinnedSequence> pins;
+      for (SeqId s : seqs) {
+        benchmark::DoNotOptimize(store.claim_layer_slots(s, l));
+        pins.push_back(store.pin(s, l));
+      }
+    }
+    for (SeqId s : seqs) store.commit_append(s);
+  }
+  st.SetItemsProcessed(st.iterations() * static_cast<int64_t>(batch));
+  st.SetLabel("decode tokens");
+}
+BENCHMARK(BM_DecodeStepBookkeeping)
+    ->Args({32768, 1})
+    ->Args({32768, 8})
+    ->Iterations(kDecodeSteps)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -712,9 +712,10 @@ PinnedSequence KvStore::pin(SeqId seq, int only_layer) const {
   const int l0 = only_layer >= 0 ? only_layer : 0, l1 = only_layer >= 0 ? only_layer + 1 : cfg_.layers;
   std::vector<PageEntry> pinned;
   pinned.reserve(s.rows.size() * static_cast<size_t>(l1 - l0));
-  p.rows_.reserve(s.rows.size());
+  p.rows_.layers_ = static_cast<size_t>(cfg_.layers);
+  p.rows_.flat_.reserve(s.rows.size() * p.rows_.layers_);
   for (size_t i = 0; i < s.rows.size(); ++i) {
-    p.rows_.push_back(s.rows[i].layers);
+    p.rows_.flat_.insert(p.rows_.flat_.end(), s.rows[i].layers.begin(), s.rows[i].layers.end());
     for (int l = l0; l < l1; ++l) {
       const PageEntry e = s.rows[i].layers[l];
       const_cast<KvStore*>(this)->pool_mut(e.format).add_ref(e.id, RefKind::kReader);

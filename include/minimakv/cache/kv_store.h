@@ -107,6 +107,36 @@ struct CompactLayerView {
 
 class KvStore;
 
+// The block table a pin took: [logical page][layer] in one allocation, row i a span of `layers` entries.
+class PinnedRows {
+ public:
+  size_t size() const { return layers_ ? flat_.size() / layers_ : 0; }
+  bool empty() const { return flat_.empty(); }
+  std::span<const PageEntry> operator[](size_t i) const { return {flat_.data() + i * layers_, layers_}; }
+  std::span<const PageEntry> back() const { return (*this)[size() - 1]; }
+  class iterator {
+   public:
+    iterator(const PinnedRows* t, size_t i) : t_(t), i_(i) {}
+    std::span<const PageEntry> operator*() const { return (*t_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const iterator&) const = default;
+
+   private:
+    const PinnedRows* t_;
+    size_t i_;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+
+ private:
+  friend class KvStore;
+  std::vector<PageEntry> flat_;
+  size_t layers_ = 0;
+};
+
 // Reader pin on every layer-page of a sequence, taken at pin time; released on destruction.
 class PinnedSequence {
  public:
@@ -115,7 +145,7 @@ class PinnedSequence {
   ~PinnedSequence();
   size_t length() const { return length_; }
   uint32_t last_page_fill() const { return last_fill_; }
-  const std::vector<std::vector<PageEntry>>& rows() const { return rows_; }  // [logical page][layer]
+  const PinnedRows& rows() const { return rows_; }  // [logical page][layer]
   const CompactLayerView& layer(int l) const;
   std::span<const uint8_t> bytes(PageEntry e) const;
 
@@ -126,7 +156,7 @@ class PinnedSequence {
   uint64_t pin_id_ = 0;
   size_t length_ = 0;
   uint32_t last_fill_ = 0;
-  std::vector<std::vector<PageEntry>> rows_;
+  PinnedRows rows_;
   std::vector<CompactLayerView> views_;
   int only_layer_ = -1;
 };
