@@ -26,6 +26,7 @@ struct StepParams : AttendParams {
   uint32_t off_seq, off_split, off_entry;
 };
 
+// The plan blob's header: {splits of every format, batch, entries, 0}.
 __device__ inline int plan_batch(const uint8_t* plan) {
   return reinterpret_cast<const int32_t*>(plan)[1];
 }
@@ -200,21 +201,15 @@ struct SplitSmem {
   static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
 };
 
-// One CTA per (split of format F, KV head); all query heads of the GQA group. Per warp: tiles of 32
+// One split of format F for KV head blockIdx.y; all query heads of the GQA group. Per warp: tiles of 32
 // tokens whose K and V rows are copied to shared memory asynchronously in one round trip; QK with one
 // lane per token; the tile's max and one rescale per tile (base-2 exponentials, so the natural-log
 // partials are m * ln 2); PV with each lane owning D / 32 output elements.
 template <int F, int D, int GM>
-__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(StepParams p) {
+__device__ __forceinline__ void attend_split(const StepParams& p, int split, uint8_t* smem) {
   using SM = SplitSmem<F, D, GM>;
   using TG = TileGeom<F, D>;
   constexpr int E = D / 32;
-  const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
-  const int batch = plan_batch(p.plan);
-  const int first = offs[F * (batch + 1)], count = offs[F * (batch + 1) + batch] - first;
-  if (static_cast<int>(blockIdx.x) >= count) return;
-  const int split = first + static_cast<int>(blockIdx.x);
-  extern __shared__ __align__(16) uint8_t smem[];
   float* qs = reinterpret_cast<float*>(smem + SM::kQs);
   auto* ps = reinterpret_cast<float(*)[kTile][GM]>(smem + SM::kPs);
   auto* red_m = reinterpret_cast<float(*)[GM]>(smem + SM::kRedM);
@@ -369,36 +364,80 @@ __global__ void rotate_queries_kernel(StepParams p) {
   p.q_rot[o + i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
 }
 
+// One CTA of D threads per (batch item, query head). An item may have hundreds of partials, so the
+// loop over them is spread over the CTA: pass 1 takes the maximum with every thread striding over the
+// partials; pass 2 gives each warp every kWarps-th group of kUnroll partials, whose (m, l) and output rows
+// it loads together before accumulating (independent loads in flight instead of one round trip per
+// partial); the warps' sums are added in warp order. The order is fixed, so results are deterministic.
 template <int D>
 __global__ void merge_kernel(StepParams p) {
+  constexpr int kWarps = D / 32, kPer = D / 32, kUnroll = D >= 256 ? 4 : 8;
   const int b = blockIdx.x, hq = blockIdx.y;
   if (b >= plan_batch(p.plan)) return;
   __shared__ float x[D];
-  const int i = threadIdx.x, h = hq / p.group;
+  __shared__ float warp_max[kWarps], warp_l[kWarps];
+  __shared__ float warp_sum[2][kWarps][D];  // [plain, rotated][warp][dim]
+  const int i = threadIdx.x, lane = i & 31, warp = i >> 5, h = hq / p.group;
   const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
   const int batch = plan_batch(p.plan);
   float mm = -INFINITY;
   for (int f = 0; f < codec::kNumPageFormats; ++f)
-    for (int s = offs[f * (batch + 1) + b]; s < offs[f * (batch + 1) + b + 1]; ++s) {
+    for (int s = offs[f * (batch + 1) + b] + i; s < offs[f * (batch + 1) + b + 1]; s += D) {
       const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
       if (p.part_l[qh] > 0.0f) mm = fmaxf(mm, p.part_m[qh]);
     }
-  float ll = 0.0f, plain = 0.0f, rot = 0.0f;
-  for (int f = 0; f < codec::kNumPageFormats; ++f)
-    for (int s = offs[f * (batch + 1) + b]; s < offs[f * (batch + 1) + b + 1]; ++s) {
-      const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
-      const float ls = p.part_l[qh];
-      if (!(ls > 0.0f)) continue;
-      const float w = ls * expf(p.part_m[qh] - mm);
-      ll += w;
-      const float o = w * p.part_o[qh * D + i];
-      if (f == static_cast<int>(codec::PageFormat::kTq3))
-        rot += o;
-      else
-        plain += o;
+  for (int o = 16; o > 0; o >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+  if (lane == 0) warp_max[warp] = mm;
+  __syncthreads();
+  mm = warp_max[0];
+  for (int w = 1; w < kWarps; ++w) mm = fmaxf(mm, warp_max[w]);
+
+  float ll = 0.0f, plain[kPer] = {}, rot[kPer] = {};
+#pragma unroll
+  for (int f = 0; f < codec::kNumPageFormats; ++f) {
+    const int s0 = offs[f * (batch + 1) + b], s1 = offs[f * (batch + 1) + b + 1];
+    float acc[kPer] = {};
+    for (int base = s0 + warp * kUnroll; base < s1; base += kWarps * kUnroll) {
+      float w[kUnroll], v[kUnroll][kPer];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int s = base + u;
+        const size_t qh = static_cast<size_t>(s < s1 ? s : s0) * p.q_heads + hq;
+        const float ls = s < s1 ? p.part_l[qh] : 0.0f;
+        w[u] = ls > 0.0f ? ls * expf(p.part_m[qh] - mm) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float* o = p.part_o + (static_cast<size_t>(base + u < s1 ? base + u : s0) * p.q_heads + hq) * D;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j)
+          v[u][j] = w[u] > 0.0f ? o[lane + 32 * j] : 0.0f;  // an empty partial's O is unset
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        ll += w[u];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) acc[j] += w[u] * v[u][j];
+      }
     }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) (f == static_cast<int>(codec::PageFormat::kTq3) ? rot : plain)[j] += acc[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    warp_sum[0][warp][lane + 32 * j] = plain[j];
+    warp_sum[1][warp][lane + 32 * j] = rot[j];
+  }
+  if (lane == 0) warp_l[warp] = ll;
+  __syncthreads();
+  float sum_plain = 0.0f, sum_rot = 0.0f, sum_l = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    sum_plain += warp_sum[0][w][i];
+    sum_rot += warp_sum[1][w][i];
+    sum_l += warp_l[w];
+  }
   const size_t bh = static_cast<size_t>(b) * p.q_heads + hq;
-  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + bh * D, p.m ? p.m + bh : nullptr,
+  write_merged<D>(sum_plain, sum_rot, mm, sum_l, p.signs + h * D, x, p.out + bh * D, p.m ? p.m + bh : nullptr,
                   p.l ? p.l + bh : nullptr);
 }
 
@@ -413,14 +452,16 @@ __global__ void decode_page_score_kernel(StepParams p) {
   double before = 0.0;  // pages of the items before b: where b's scores start
   for (int e = threadIdx.x; e < n_entries; e += blockDim.x) before += entries[e].seq < static_cast<uint32_t>(b);
   const int offset = static_cast<int>(block_sum(before, scratch));
-  for (int h = threadIdx.x; h < p.q_heads; h += blockDim.x) {
+  // Each head's total over the item's pages, the pages spread over the block (an item has hundreds).
+  for (int h = 0; h < p.q_heads; ++h) {
     const size_t mi = static_cast<size_t>(b) * p.q_heads + h;
     double t = 0.0;
-    for (int e = 0; e < n_entries; ++e)
+    for (int e = threadIdx.x; e < n_entries; e += blockDim.x)
       if (entries[e].seq == static_cast<uint32_t>(b))
         t += page_share(p.page_m[static_cast<size_t>(e) * p.q_heads + h],
                         p.page_l[static_cast<size_t>(e) * p.q_heads + h], p.m[mi], p.l[mi]);
-    totals[h] = t;
+    t = block_sum(t, scratch);
+    if (threadIdx.x == 0) totals[h] = t;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < n_entries; e += blockDim.x) {
@@ -433,6 +474,19 @@ __global__ void decode_page_score_kernel(StepParams p) {
     }
     p.score_acc[offset + en.logical] += p.score_weight * static_cast<float>(r / p.q_heads);
   }
+}
+
+// One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
+// format per CTA measured slower on an H200 (it takes the register budget of the heaviest path, the
+// TQ3 one, for every CTA) and saved no time per layer.
+template <int F, int D, int GM>
+__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(StepParams p) {
+  const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
+  const int batch = plan_batch(p.plan);
+  const int first = offs[F * (batch + 1)], count = offs[F * (batch + 1) + batch] - first;
+  if (static_cast<int>(blockIdx.x) >= count) return;
+  extern __shared__ __align__(16) uint8_t smem[];
+  attend_split<F, D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
 }
 
 template <int F, int D, int GM>
@@ -478,6 +532,10 @@ void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
+// Literal messages are not turned into strings unless they are thrown: checks run per split and page.
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
 
 void validate_shape(const DecodeShape& s) {
   codec::require_supported_head_dim(s.head_dim, "DecodeWorkspace");
@@ -490,18 +548,44 @@ void validate_shape(const DecodeShape& s) {
 
 }  // namespace
 
+namespace {
+
+// Aim for about 8 CTAs per SM of a 132-SM part; splits of 128..1024 tokens.
+int auto_split_tokens(size_t tokens, const DecodeShape& shape) {
+  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / (132 * 8);
+  int split_tokens = 128;
+  while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
+  return split_tokens;
+}
+
+}  // namespace
+
+int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape) {
+  validate_shape(shape);
+  const size_t B = static_cast<size_t>(shape.tokens_per_page);
+  size_t tokens = 0;
+  for (uint32_t t : seq_tokens) tokens += t;
+  const size_t split_tokens = static_cast<size_t>(auto_split_tokens(tokens, shape));
+  size_t bound = 0;
+  for (uint32_t t : seq_tokens) {
+    const size_t pages = (t + B - 1) / B;
+    // Pages as long as a split are cut into at most ceil(B / split) parts each; shorter pages are grouped
+    // `per` at a time within each format, and each of the three formats may end on a partial group.
+    bound += B >= split_tokens ? pages * ((B + split_tokens - 1) / split_tokens)
+                               : (pages + split_tokens / B - 1) / (split_tokens / B) + codec::kNumPageFormats - 1;
+  }
+  return static_cast<int>(bound);
+}
+
 DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens,
                             bool page_granular) {
   validate_shape(shape);
   const int B = shape.tokens_per_page;
   if (split_tokens <= 0) {
-    // Aim for about 8 CTAs per SM of a 132-SM part; splits of 128..1024 tokens.
     size_t tokens = 0;
     for (const auto& s : seqs)
       for (const auto& pr : s) tokens += pr.tokens;
-    const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / (132 * 8);
-    split_tokens = 128;
-    while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
+    split_tokens = auto_split_tokens(tokens, shape);
   }
   DecodePlan plan;
   plan.batch = static_cast<int>(seqs.size());

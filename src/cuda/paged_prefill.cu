@@ -497,6 +497,10 @@ void launch_prefill(const PrefillParams& p, int max_pages, cudaStream_t st) {
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
+// Literal messages are not turned into strings unless they are thrown: checks run per split and page.
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
 
 size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
