@@ -59,6 +59,10 @@ struct DecodePlan {
 // GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
 DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens = 0,
                             bool page_granular = false);
+// At least make_decode_plan(seqs, shape).splits.size() (automatic split size, not page-granular) for
+// sequences holding these many tokens, whatever the formats of their pages: the split capacity a
+// workspace needs before the plan exists (a captured graph's launches are sized before each step's plan).
+int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape);
 
 // What one decode call read (the paper's contribution 4). route: "mixed" when TQ3 and FP8/BF16 pages are
 // read in the same call, else "tq3-only", "fp8-only" or "dense". Bytes count K and V codes plus metadata
