@@ -30,6 +30,11 @@ void add_attention_stats(nlohmann::json& j, const backend::AttentionStats& s) {
                     {"fallbacks", s.fallbacks}};
 }
 
+void add_forward_stats(nlohmann::json& j, const backend::ForwardStats& s) {
+  j["forward_passes"] = {
+      {"eager", s.eager}, {"recorded", s.recorded}, {"captured", s.captured}, {"replayed", s.replayed}};
+}
+
 // --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
 int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt,
               attention::ThreadPool& pool) {
@@ -59,6 +64,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
     j["kv_bytes_per_token"] = a.bytes_per_live_token();
     j["reconciled"] = a.reconciled;
     add_attention_stats(j, model.backend().attention_stats());
+    add_forward_stats(j, model.backend().forward_stats());
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -157,6 +163,7 @@ int run_generate(GenerateCmdOptions opt) {
     j["block_table_bytes"] = a.block_table_bytes;
     j["reconciled"] = a.reconciled;
     add_attention_stats(j, model->backend().attention_stats());
+    add_forward_stats(j, model->backend().forward_stats());
     if (opt.prompt_logits) {
       const auto store = model->make_store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
       j["prompt_logits"] = model->forward(*store, store->create_sequence(), ids, &pool);

@@ -13,6 +13,14 @@
 //   4. with page scores, the kernels turn their per-page (m_p, l_p) into page scores on the device (the
 //      formula of attention::page_scores) and sum them over the layers of the forward pass, which
 //      collects them once, after its last layer (collect_page_scores).
+// Decode steps (one row per sequence, no page scores) run from CUDA graphs: the first step of a shape
+// runs eagerly and measures the tensors it allocates, the next is captured, and later steps of the same
+// shape only run the host bookkeeping (slots, pins, plans, inputs written into pinned memory) and replay
+// the graphs, whose copy nodes read those inputs. A step is captured as one graph per layer (everything
+// up to and including that layer's attention) plus one for the head, each launched as soon as its host
+// work is done, so the GPU runs layer l while the host prepares layer l + 1. Each layer has its own
+// decode workspace, launched at capacity, so one graph fits any later plan within that capacity;
+// growing any buffer a graph names bumps the epoch and forces a new capture.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -24,8 +32,10 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "cuda_ops.h"
+#include "cuda_step_graph.h"
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
@@ -48,6 +58,13 @@ void check_blas(cublasStatus_t s, const char* what) {
 // The stream shared by the backend and its stores; destroyed after the last of them.
 struct Stream {
   cudaStream_t s = nullptr;
+  // A page operation of a store queued while a step was being captured: the graph holds it and must
+  // run once only.
+  bool store_op_captured = false;
+  void note_store_op() {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive) store_op_captured = true;
+  }
   Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
   ~Stream() {
     cudaStreamSynchronize(s);
@@ -130,12 +147,14 @@ class DevicePageStorage final : public cache::PageStorage {
   ~DevicePageStorage() override { cudaStreamSynchronize(stream_->s); }
 
   void copy_page(cache::PageFormat f, cache::PageId src, cache::PageId dst) override {
+    stream_->note_store_op();
     check(cudaMemcpyAsync(pool_.page(f, dst), pool_.page(f, src), pool_.layout(f).bytes(), cudaMemcpyDeviceToDevice,
                           stream_->s),
           "copy_page");
   }
 
   void convert(std::span<const Conversion> jobs) override {
+    stream_->note_store_op();
     std::vector<cuda::ConvertJob> to_tq3, to_fp8;
     for (const Conversion& c : jobs) {
       const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
@@ -180,6 +199,12 @@ class CudaBackend final : public Backend {
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_->s), "cublasSetStream");
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // fp32, no TF32
+    // A workspace of our own, so that no GEMM allocates while a step is being captured.
+    blas_ws_ = cuda::DeviceArray<uint8_t>(size_t{32} << 20);
+    check_blas(cublasSetWorkspace(blas_, blas_ws_.get(), blas_ws_.bytes()), "cublasSetWorkspace");
+    q_heads_ = static_cast<int>(cfg.num_attention_heads);
+    const char* g = std::getenv("MINIMAKV_CUDA_GRAPHS");
+    graphs_on_ = !(g && std::string_view(g) == "0");
     const Rope rope(cfg);
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
@@ -191,6 +216,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_->s);
+    segments_.clear();
     for (auto& e : plan_consumed_) cudaEventDestroy(e);
     cublasDestroy(blas_);
   }
@@ -200,6 +226,10 @@ class CudaBackend final : public Backend {
 
   Tensor alloc(size_t n) override {
     if (n == 0) return {};
+    if (mode_ != Mode::kEager) {
+      if (float* a = arena_.take(n)) return Tensor(a, n, [](float*) {});  // the arena is reused by the next pass
+      if (mode_ != Mode::kRecord) throw std::logic_error("alloc: a captured step outgrew the arena it recorded");
+    }
     void* p = nullptr;
     check(cudaMallocAsync(&p, n * sizeof(float), stream_->s), "cudaMallocAsync");
     auto st = stream_;
@@ -213,19 +243,23 @@ class CudaBackend final : public Backend {
   }
   void to_host(const Tensor& t, std::span<float> out) override {
     if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
+    // The copy into pageable memory already waits for the queued work: time both.
+    const HostProfile::Scope sc(profile_, "to_host wait");
     if (!out.empty())
       check(cudaMemcpyAsync(out.data(), t.data(), out.size_bytes(), cudaMemcpyDeviceToHost, stream_->s), "to_host");
-    const HostProfile::Scope sc(profile_, "to_host wait");
     check(cudaStreamSynchronize(stream_->s), "to_host: cudaStreamSynchronize");
+    graph_in_flight_ = false;
   }
 
   void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) override {
     if (out.size() != ids.size() * static_cast<size_t>(dim)) throw std::invalid_argument("embed: output size mismatch");
-    const int32_t* d = ints_.write(ids, stream_->s);
+    const int32_t* d = graph_input(step_ids_, 0, ids, ints_);
+    if (replaying()) return;
     cuda_ops::embed(table.data(), dim, d, static_cast<int>(ids.size()), out.data(), stream_->s);
   }
   void copy(const Tensor& src, Tensor& dst) override {
     if (src.size() != dst.size()) throw std::invalid_argument("copy: size mismatch");
+    if (replaying()) return;
     check(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_->s),
           "copy");
   }
@@ -233,6 +267,7 @@ class CudaBackend final : public Backend {
     if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
         y.size() != static_cast<size_t>(n) * out)
       throw std::invalid_argument("matmul: shape mismatch");
+    if (replaying()) return;
     const HostProfile::Scope sc(profile_, "gemm enqueue");
     // Row-major y[n][out] is column-major y^T[out][n] = W[out][in] x^T, W read transposed.
     const float one = 1.0f, zero = 0.0f;
@@ -242,6 +277,7 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     if (rows * static_cast<size_t>(dim) > x.size()) throw std::invalid_argument("rmsnorm: shape mismatch");
+    if (replaying()) return;
     cuda_ops::rmsnorm(x.data(), rows, dim, w.data(), eps, stream_->s);
   }
   void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) override {
@@ -251,25 +287,36 @@ class CudaBackend final : public Backend {
     if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size())
       throw std::invalid_argument("rope: shape mismatch");
     // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
-    if (pos != last_positions_) {
-      positions_.write(pos, stream_->s);
-      last_positions_ = pos;
+    const uint32_t* d = nullptr;
+    if (mode_ == Mode::kCapture || mode_ == Mode::kReplay) {
+      if (!step_positions_written_) graph_input(step_positions_, 0, std::span<const uint32_t>(pos), positions_);
+      step_positions_written_ = true;
+      d = step_positions_.write(0, {});
+    } else {
+      if (pos != last_positions_) {
+        positions_.write(pos, stream_->s);
+        last_positions_ = pos;
+      }
+      d = positions_.reserve(pos.size());
     }
-    const uint32_t* d = positions_.reserve(pos.size());
+    if (replaying()) return;
     cuda_ops::rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, d, inv_freq_.get(), stream_->s);
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
     if (gate.size() != out.size() || up.size() != out.size()) throw std::invalid_argument("swiglu: size mismatch");
+    if (replaying()) return;
     cuda_ops::swiglu(gate.data(), up.data(), out.data(), out.size(), stream_->s);
   }
   void add(Tensor& x, const Tensor& y) override {
     if (x.size() != y.size()) throw std::invalid_argument("add: size mismatch");
+    if (replaying()) return;
     cuda_ops::add(x.data(), y.data(), x.size(), stream_->s);
   }
   void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) override {
     if (out.size() != rows.size() * static_cast<size_t>(dim)) throw std::invalid_argument("gather_rows: size mismatch");
     std::vector<int32_t> r(rows.begin(), rows.end());
-    const int32_t* d = ints_.write(r, stream_->s);
+    const int32_t* d = graph_input(step_rows_, 0, std::span<const int32_t>(r), ints_);
+    if (replaying()) return;
     cuda_ops::gather_rows(x.data(), dim, d, static_cast<int>(r.size()), out.data(), stream_->s);
   }
 
@@ -283,7 +330,42 @@ class CudaBackend final : public Backend {
 
   AttentionStats attention_stats() const override { return stats_; }
 
+  void begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) override;
+  void end_forward(bool completed) override;
+  void set_graphs(bool on) override { graphs_on_ = on; }
+  ForwardStats forward_stats() const override { return forward_stats_; }
+
  private:
+  // kEager: launch as called. kRecord: eager, tensors from the arena (measuring it). kCapture: launches
+  // captured into segments_, inputs through the step buffers. kReplay: host bookkeeping only, each
+  // segment launched when its host work is done.
+  enum class Mode { kEager, kRecord, kCapture, kReplay };
+  // Ends the step's current segment (after a layer's attention): captured and launched, or replayed.
+  void next_segment();
+  void launch_segment(size_t i);
+  bool replaying() const { return mode_ == Mode::kReplay; }
+  // Everything a captured step's launches depend on besides the step buffers (covered by epoch_).
+  struct StepKey {
+    int rows = 0;
+    std::array<const void*, codec::kNumPageFormats> pools{};
+    const void* signs = nullptr;
+    int tokens_per_page = 0, layers = 0;
+    cache::PageFormat append_format = cache::PageFormat::kFp8;
+    bool operator==(const StepKey&) const = default;
+  };
+  // Host values of a step: through the step buffer `in` at `at` when capturing or replaying (the
+  // capture queues the copy), else through the eager scratch. Returns the device address.
+  template <typename T>
+  const T* graph_input(StepInput<T>& in, size_t at, std::span<const T> host, DeviceScratch<T>& eager) {
+    if (mode_ != Mode::kCapture && mode_ != Mode::kReplay) return eager.write(host, stream_->s);
+    T* d = in.write(at, host);
+    if (mode_ == Mode::kCapture) in.upload(at, host.size(), stream_->s);
+    return d;
+  }
+  const cuda::DecodePlan& decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, int q_heads,
+                                      bool page_scores, std::vector<cache::PinnedSequence>& pins,
+                                      std::vector<size_t>& pages_seen);
+
   cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
   void prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
                int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
@@ -330,6 +412,23 @@ class CudaBackend final : public Backend {
   PlanKey plan_key_;
   cuda::DecodePlan plan_;
   std::unique_ptr<cuda::PrefillWorkspace> prefill_ws_;
+  // Graphs of decode steps.
+  bool graphs_on_ = true;
+  int q_heads_ = 0;
+  cuda::DeviceArray<uint8_t> blas_ws_;
+  Mode mode_ = Mode::kEager;
+  StepKey recorded_key_, graph_key_;
+  uint64_t epoch_ = 0, graph_epoch_ = 0;  // bumped whenever a step buffer is reallocated
+  bool graph_in_flight_ = false, step_positions_written_ = false;
+  StepArena arena_;
+  StepInput<int32_t> step_ids_, step_rows_;
+  StepInput<uint32_t> step_positions_;
+  StepInput<cuda::AppendSlot> step_slots_;  // [layer][row]
+  std::vector<std::unique_ptr<cuda::DecodeWorkspace>> layer_ws_;
+  std::vector<StepGraph> segments_;  // [layer] up to its attention, then the rest of the pass
+  size_t segment_ = 0;               // the one being captured or replayed
+  bool graph_ready_ = false;         // segments_ hold a complete step for graph_key_ at graph_epoch_
+  ForwardStats forward_stats_;
   cuda::DecodeShape prefill_shape_;
   // Page scores of the forward pass in flight, summed over its layers on the device: score_pages_[i]
   // pages of sequence i, sequence after sequence.
@@ -443,41 +542,18 @@ cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape&
   return *ws;
 }
 
-void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
-                            const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
-                            std::vector<std::vector<float>>* page_scores, float score_weight) {
-  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
-  if (!dev)
-    throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
+const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs,
+                                                 int q_heads, bool page_scores,
+                                                 std::vector<cache::PinnedSequence>& pins,
+                                                 std::vector<size_t>& pages_seen) {
+  // One plan item per sequence's row, over the pages its position may see. The layers of one forward
+  // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
+  // plan is built once and later layers only patch in their page ids.
   const auto& sc = store.config();
   const int B = sc.tokens_per_page;
-  const auto views = dev->pool().views();
-
-  HostProfile::Scope all(profile_, "attention");
-  // 1. Quantize the chunk's K/V into its pages.
   std::optional<HostProfile::Scope> phase;
-  phase.emplace(profile_, "att slots");
-  std::vector<cuda::AppendSlot> slots;
-  for (const SeqRows& s : seqs) {
-    const auto claimed = store.claim_layer_slots(s.seq, layer);
-    for (const auto& c : claimed) slots.push_back({c.page.id, c.token});
-  }
-  const auto* slots_d = slots_.write(slots, stream_->s);
-  cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
-                      static_cast<int>(slots.size()), stream_->s);
-
-  phase.reset();
-  if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
-    prefill(store, layer, seqs, q, out, q_heads, page_scores, score_weight);
-    return;
-  }
-  // 2. Decode: one plan item per sequence's row, over the pages its position may see. The layers of one
-  // forward pass share the plan's structure (rows, token counts, formats unless a layer is protected),
-  // so a plan is built once and later layers only patch in their page ids.
   phase.emplace(profile_, "att pin");
-  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
-  PlanKey key{{}, {}, page_scores != nullptr, q_heads, sc.kv_heads, sc.head_dim, B};
-  std::vector<size_t> pages_seen;  // per sequence: the pages its last row sees
+  PlanKey key{{}, {}, page_scores, q_heads, sc.kv_heads, sc.head_dim, B};
   for (const SeqRows& s : seqs) {
     pins.push_back(store.pin(s.seq, layer));
     key.rows.push_back({s.seq, s.first, s.n});
@@ -485,7 +561,6 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     pages_seen.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
     for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows[p][layer].format);
   }
-  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
   phase.reset();
   phase.emplace(profile_, "att plan");
   if (!(key == plan_key_)) {
@@ -501,13 +576,67 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
       }
       items.push_back(std::move(refs));
     }
-    plan_ = cuda::make_decode_plan(items, shape, 0, page_scores != nullptr);
+    const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
+    plan_ = cuda::make_decode_plan(items, shape, 0, page_scores);
     plan_key_ = std::move(key);
   } else {
     for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows()[e.logical][layer].id;
   }
-  const cuda::DecodePlan& plan = plan_;
+  return plan_;
+}
+
+void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+                            const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
+                            std::vector<std::vector<float>>* page_scores, float score_weight) {
+  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
+  if (!dev)
+    throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
+  const auto& sc = store.config();
+  const auto views = dev->pool().views();
+
+  HostProfile::Scope all(profile_, "attention");
+  // 1. Quantize the chunk's K/V into its pages.
+  std::optional<HostProfile::Scope> phase;
+  phase.emplace(profile_, "att slots");
+  std::vector<cuda::AppendSlot> slots;
+  for (const SeqRows& s : seqs) {
+    const auto claimed = store.claim_layer_slots(s.seq, layer);
+    for (const auto& c : claimed) slots.push_back({c.page.id, c.token});
+  }
+  const size_t n_rows = slots.size();
+  const auto* slots_d =
+      graph_input(step_slots_, static_cast<size_t>(layer) * n_rows, std::span<const cuda::AppendSlot>(slots), slots_);
+  if (!replaying())
+    cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
+                        static_cast<int>(slots.size()), stream_->s);
+
   phase.reset();
+  if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
+    prefill(store, layer, seqs, q, out, q_heads, page_scores, score_weight);
+    return;
+  }
+  // 2. Decode.
+  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
+  std::vector<size_t> pages_seen;           // per sequence: the pages its last row sees
+  const cuda::DecodePlan& plan = decode_plan(store, layer, seqs, q_heads, page_scores != nullptr, pins, pages_seen);
+  if (mode_ == Mode::kCapture || mode_ == Mode::kReplay) {
+    // Each layer stages into its own workspace: the graph copies every layer's plan when it runs.
+    cuda::DecodeWorkspace& ws = *layer_ws_.at(static_cast<size_t>(layer));
+    if (ws.shape().q_heads != q_heads) throw std::logic_error("attention: a captured step changed its head count");
+    phase.emplace(profile_, "att stage");
+    ws.stage(plan, views);
+    if (mode_ == Mode::kCapture) {
+      cuda::DecodeBuffers io;
+      io.q = q.data();
+      io.signs = dev->signs(layer);
+      io.out = out.data();
+      ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kCapacity);
+    }
+    record(ws.stats());
+    next_segment();  // queues the layer's launches while its pins are held
+    return;
+  }
+  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
   phase.emplace(profile_, "att wait");
   turn_ ^= 1;
   // stage() rewrites the pinned plan buffer, which the launch before last copied from asynchronously.
@@ -529,6 +658,127 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   pins.clear();
   phase.reset();
   record(ws.stats());
+}
+
+void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) {
+  if (graph_in_flight_) {  // its pinned inputs are about to be rewritten
+    check(cudaStreamSynchronize(stream_->s), "begin_forward");
+    graph_in_flight_ = false;
+  }
+  mode_ = Mode::kEager;
+  step_positions_written_ = false;
+  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
+  const bool decode = std::all_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n == 1; });
+  if (!graphs_on_ || page_scores || !decode || !dev || seqs.empty()) {
+    ++forward_stats_.eager;
+    return;
+  }
+  const auto& sc = store.config();
+  const auto views = dev->pool().views();
+  StepKey key{static_cast<int>(seqs.size()), {}, dev->signs(0), sc.tokens_per_page, sc.layers, store.append_format()};
+  for (int f = 0; f < codec::kNumPageFormats; ++f) key.pools[f] = views.base[f];
+  // Size every step buffer for this step before anything is queued: a graph's launches cannot grow them.
+  const size_t n = seqs.size(), layers = static_cast<size_t>(sc.layers);
+  bool grew = step_ids_.ensure(n) | step_rows_.ensure(n) | step_positions_.ensure(n) | step_slots_.ensure(n * layers);
+  const cuda::DecodeShape shape{q_heads_, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
+  std::vector<uint32_t> tokens;
+  int entries = 0;
+  for (const SeqRows& s : seqs) {
+    tokens.push_back(s.first + 1);
+    entries += static_cast<int>(s.first / static_cast<uint32_t>(sc.tokens_per_page)) + 1;
+  }
+  const int splits = cuda::decode_split_bound(tokens, shape);
+  if (layer_ws_.size() != layers) layer_ws_.resize(layers);
+  for (auto& ws : layer_ws_) {
+    const bool same = ws && ws->shape().q_heads == shape.q_heads && ws->shape().kv_heads == shape.kv_heads &&
+                      ws->shape().head_dim == shape.head_dim && ws->shape().tokens_per_page == shape.tokens_per_page;
+    if (same && static_cast<int>(n) <= ws->max_batch() && splits <= ws->max_splits() && entries <= ws->max_entries())
+      continue;
+    // Room for the sequences to grow by a quarter before the next capture.
+    check(cudaStreamSynchronize(stream_->s), "begin_forward");  // the old one may still be read
+    ws = std::make_unique<cuda::DecodeWorkspace>(shape, static_cast<int>(n), splits + splits / 4 + 8,
+                                                 entries + entries / 4 + 8);
+    grew = true;
+  }
+  if (grew) {
+    check(cudaDeviceSynchronize(), "begin_forward");  // new buffers were cleared on the legacy stream
+    ++epoch_;
+  }
+  arena_.reset();
+  if (!(key == recorded_key_) || arena_.capacity_bytes() < arena_.peak_bytes()) {
+    mode_ = Mode::kRecord;
+    recorded_key_ = key;
+  } else if (!graph_ready_ || !(graph_key_ == key) || graph_epoch_ != epoch_) {
+    mode_ = Mode::kCapture;
+    stream_->store_op_captured = false;
+    graph_ready_ = false;
+    segments_.clear();
+    segments_.resize(layers + 1);
+    segment_ = 0;
+    segments_[0].begin_capture(stream_->s);
+    graph_key_ = key;
+    graph_epoch_ = epoch_;
+  } else {
+    mode_ = Mode::kReplay;
+    segment_ = 0;
+  }
+}
+
+void CudaBackend::launch_segment(size_t i) {
+  const HostProfile::Scope sc(profile_, "graph launch");
+  segments_.at(i).launch(stream_->s);
+  graph_in_flight_ = true;
+}
+
+void CudaBackend::next_segment() {
+  if (segment_ + 1 >= segments_.size()) throw std::logic_error("attention: more layers than the captured step");
+  if (mode_ == Mode::kCapture) {
+    segments_[segment_].end_capture(stream_->s, true);
+    launch_segment(segment_);
+    segments_[segment_ + 1].begin_capture(stream_->s);
+  } else {
+    launch_segment(segment_);
+  }
+  ++segment_;
+}
+
+void CudaBackend::end_forward(bool completed) {
+  const Mode mode = std::exchange(mode_, Mode::kEager);
+  if (!completed) {
+    if (mode == Mode::kCapture) {
+      segments_[segment_].end_capture(stream_->s, false);
+      graph_ready_ = false;
+    }
+    if (mode == Mode::kRecord || mode == Mode::kCapture || mode == Mode::kReplay) recorded_key_ = {};
+    return;
+  }
+  if ((mode == Mode::kCapture || mode == Mode::kReplay) && segment_ + 1 != segments_.size()) {
+    if (mode == Mode::kCapture) segments_[segment_].end_capture(stream_->s, false);
+    graph_ready_ = false;
+    throw std::logic_error("end_forward: the pass ran fewer layers than its step shape");
+  }
+  switch (mode) {
+    case Mode::kEager:
+      break;
+    case Mode::kRecord:
+      ++forward_stats_.recorded;
+      if (arena_.peak_bytes() > arena_.capacity_bytes()) {
+        check(cudaStreamSynchronize(stream_->s), "end_forward");  // the step's kernels may still use the arena
+        arena_.grow_to_peak();
+        ++epoch_;
+      }
+      break;
+    case Mode::kCapture:
+      segments_[segment_].end_capture(stream_->s, true);
+      launch_segment(segment_);
+      ++forward_stats_.captured;
+      graph_ready_ = !stream_->store_op_captured;  // a captured page operation must not run again
+      break;
+    case Mode::kReplay:
+      launch_segment(segment_);
+      ++forward_stats_.replayed;
+      break;
+  }
 }
 
 }  // namespace

@@ -95,14 +95,27 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
   }
   const int n = static_cast<int>(ids.size());
   const auto rows = static_cast<size_t>(n);
-  backend::Tensor x = be.alloc(rows * H), h = be.alloc(rows * H), q = be.alloc(rows * Hq * D),
-                  k = be.alloc(rows * Hkv * D), v = be.alloc(rows * Hkv * D), attn = be.alloc(rows * Hq * D),
-                  o = be.alloc(rows * H), g = be.alloc(rows * I), u = be.alloc(rows * I), a = be.alloc(rows * I);
-  be.embed(embed_, H, ids, x);
   std::vector<cache::KvStore::AppendChunk> appends;
   for (const auto& ch : chunks) appends.push_back({ch.seq, ch.ids});
   store.begin_append_batch(appends);  // capacity for every sequence checked first
   if (page_scores) page_scores->assign(chunks.size(), {});
+  be.begin_forward(store, seqs, page_scores != nullptr);
+  // Ends the pass as abandoned unless it reached its read-back.
+  struct PassGuard {
+    backend::Backend& be;
+    bool open = true;
+    void complete() {
+      open = false;
+      be.end_forward(true);
+    }
+    ~PassGuard() {
+      if (open) be.end_forward(false);
+    }
+  } pass{be};
+  backend::Tensor x = be.alloc(rows * H), h = be.alloc(rows * H), q = be.alloc(rows * Hq * D),
+                  k = be.alloc(rows * Hkv * D), v = be.alloc(rows * Hkv * D), attn = be.alloc(rows * Hq * D),
+                  o = be.alloc(rows * H), g = be.alloc(rows * I), u = be.alloc(rows * I), a = be.alloc(rows * I);
+  be.embed(embed_, H, ids, x);
   const float layer_weight = 1.0f / static_cast<float>(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
@@ -128,16 +141,20 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
     be.matmul(a, n, I, L.down, H, o);
     be.add(x, o);
   }
-  if (page_scores) be.collect_page_scores(*page_scores);
-  for (const auto& ch : chunks) store.commit_append(ch.seq);
   be.rmsnorm(x, rows, H, final_norm_, eps);
   const backend::Tensor& head = lm_head_.size() ? lm_head_ : embed_;
+  auto finish = [&](const backend::Tensor& logits) {
+    pass.complete();
+    std::vector<float> out(logits.size());
+    be.to_host(logits, out);
+    if (page_scores) be.collect_page_scores(*page_scores);
+    for (const auto& ch : chunks) store.commit_append(ch.seq);
+    return out;
+  };
   if (all_logits) {
     backend::Tensor logits = be.alloc(rows * V);
     be.matmul(x, n, H, head, V, logits);
-    std::vector<float> out(logits.size());
-    be.to_host(logits, out);
-    return out;
+    return finish(logits);
   }
   // The last row of each chunk.
   std::vector<int> last_rows;
@@ -146,9 +163,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
   backend::Tensor last = be.alloc(static_cast<size_t>(m) * H), logits = be.alloc(static_cast<size_t>(m) * V);
   be.gather_rows(x, H, last_rows, last);
   be.matmul(last, m, H, head, V, logits);
-  std::vector<float> out(logits.size());
-  be.to_host(logits, out);
-  return out;
+  return finish(logits);
 }
 
 }  // namespace minimakv::engine

@@ -9,6 +9,7 @@
 
 #include "engine/needle_fixture.h"
 #include "minimakv/engine/generate.h"
+#include "minimakv/policy/tier_controller.h"
 #include "test_util.h"
 
 namespace minimakv::engine {
@@ -150,6 +151,66 @@ TEST(CudaEngine, BatchedDecodeAndPrefixReuseOnTheGpu) {
     }
     EXPECT_NE(gpu.tokenizer().decode(warm.gen.tokens).find(values[0]), std::string::npos);
     session.store().check_invariants();
+  }
+}
+
+// Decode steps replayed from CUDA graphs compute exactly what eager launches compute: the same
+// kernels read the same inputs, only their launch sizes come from the workspace's capacity. Three
+// sequences of different lengths decode across page boundaries and retier checkpoints (minima's page mix
+// changes under the graph), then one sequence leaves the batch (a new shape: recorded, captured again).
+TEST(CudaEngine, GraphReplayedDecodeStepsEqualEagerOnesBitForBit) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model& gpu = gpu_model();
+  const auto V = static_cast<size_t>(gpu.config().vocab_size);
+  std::vector<std::vector<int32_t>> prompts(3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    prompts[i].resize(150 + 45 * i + rng() % 20);
+    for (auto& t : prompts[i]) t = static_cast<int32_t>(rng() % V);
+  }
+  std::vector<int32_t> feed(60);
+  for (auto& t : feed) t = static_cast<int32_t>(rng() % V);
+  for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
+    const auto o = testing::needle_options(mode);
+    // Logits of every decode step, with graphs off then on.
+    auto run = [&](bool graphs) {
+      gpu.backend().set_graphs(graphs);
+      const auto store = gpu.make_store(gpu.store_config(mode, o.tokens_per_page, 2048));
+      policy::TierController ctl(o.controller);
+      std::vector<cache::SeqId> seqs;
+      for (const auto& p : prompts) {
+        seqs.push_back(store->create_sequence());
+        gpu.forward(*store, seqs.back(), p);
+      }
+      if (mode == cache::KvMode::kMinima) ctl.checkpoint(*store, seqs);
+      std::vector<std::vector<float>> steps;
+      for (size_t step = 0; step < feed.size(); ++step) {
+        const size_t live = step < 36 ? seqs.size() : seqs.size() - 1;
+        std::vector<Model::SeqChunk> batch;
+        for (size_t i = 0; i < live; ++i)
+          batch.push_back({seqs[i], std::span<const int32_t>(&feed[(step + 7 * i) % feed.size()], 1)});
+        steps.push_back(gpu.forward_batch(*store, batch));
+        if (mode == cache::KvMode::kMinima && step % 16 == 15) ctl.checkpoint(*store, seqs);
+      }
+      store->check_invariants();
+      return steps;
+    };
+    const auto before = gpu.backend().forward_stats();
+    const auto eager = run(false);
+    const auto mid = gpu.backend().forward_stats();
+    const auto graphed = run(true);
+    const auto after = gpu.backend().forward_stats();
+    gpu.backend().set_graphs(true);
+    EXPECT_EQ(mid.replayed, before.replayed);
+    EXPECT_GE(after.captured - mid.captured, 2u) << "each batch shape is captured once";
+    EXPECT_GE(after.replayed - mid.replayed, feed.size() - 6) << "all but the first two steps of a shape replay";
+    ASSERT_EQ(eager.size(), graphed.size());
+    for (size_t step = 0; step < eager.size(); ++step) {
+      ASSERT_EQ(eager[step].size(), graphed[step].size());
+      size_t differ = 0;
+      for (size_t j = 0; j < eager[step].size(); ++j) differ += eager[step][j] != graphed[step][j];
+      ASSERT_EQ(differ, 0u) << cache::to_string(mode) << " step " << step;
+    }
   }
 }
 

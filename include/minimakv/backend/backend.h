@@ -63,6 +63,13 @@ struct AttentionStats {
   uint64_t dense_shadow_bytes = 0, fallbacks = 0;
 };
 
+// How the forward passes since the backend was made ran: eagerly (every call launched as it came),
+// recorded (eager, measuring what a graph of the pass needs), captured into a graph and launched, or
+// replayed from a graph captured earlier. Backends without graphs count every pass as eager.
+struct ForwardStats {
+  uint64_t eager = 0, recorded = 0, captured = 0, replayed = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -101,6 +108,20 @@ class Backend {
                          std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
   virtual void collect_page_scores(std::vector<std::vector<float>>& /*page_scores*/) {}
   virtual AttentionStats attention_stats() const { return {}; }
+
+  // ---- forward passes
+  // A forward pass calls begin_forward once its inputs are validated and its appends begun, and
+  // end_forward(true) after its last computing call, before it reads anything back (to_host,
+  // collect_page_scores); end_forward(false) when it is abandoned by an exception. Between the two a
+  // backend may only queue the calls' work, and tensors allocated in between live until the next
+  // begin_forward: this lets the CUDA backend capture a decode step's launches in a graph once and
+  // replay it for later steps of the same shape, running only the host-side bookkeeping per call.
+  virtual void begin_forward(cache::KvStore& /*store*/, std::span<const SeqRows> /*seqs*/, bool /*page_scores*/) {}
+  virtual void end_forward(bool /*completed*/) {}
+  // Graph replay on or off (on by default where the backend has it; MINIMAKV_CUDA_GRAPHS=0 in the
+  // environment turns it off for the CUDA backend). Results are bit-identical either way.
+  virtual void set_graphs(bool /*on*/) {}
+  virtual ForwardStats forward_stats() const { return {}; }
 };
 
 // acc[p] += weight * scores[p], growing acc to the sequence's page count (page scores of one layer
