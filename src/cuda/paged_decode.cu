@@ -731,7 +731,10 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
           "DecodeWorkspace::launch: plan copy");
   }
   const int batch = exact ? staged_batch_ : max_batch_;
-  const std::array<int, 3> splits = exact ? staged_splits_ : std::array<int, 3>{max_splits_, max_splits_, max_splits_};
+  // At capacity, a format without a pool cannot be in any plan (stage() refuses it): no launch for it.
+  std::array<int, 3> splits = staged_splits_;
+  if (!exact)
+    for (int f = 0; f < codec::kNumPageFormats; ++f) splits[f] = pools.base[f] ? max_splits_ : 0;
   StepParams p{};
   p.plan = plan_.get();
   p.off_seq = static_cast<uint32_t>(off_seq_);
