@@ -26,16 +26,15 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
 
 #include "cuda_ops.h"
+#include "cuda_page_storage.h"
 #include "cuda_step_graph.h"
+#include "cuda_stream.h"
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
@@ -54,137 +53,6 @@ using cuda::check;
 void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw cuda::CudaError(std::string(what) + ": cuBLAS status " + std::to_string(s));
 }
-
-// The stream shared by the backend and its stores; destroyed after the last of them.
-struct Stream {
-  cudaStream_t s = nullptr;
-  // A page operation of a store queued while a step was being captured: the graph holds it and must
-  // run once only.
-  bool store_op_captured = false;
-  void note_store_op() {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive) store_op_captured = true;
-  }
-  Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
-  ~Stream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-};
-
-// Host time per phase of the backend's calls, for finding where a step's time goes; on when the
-// environment sets MINIMAKV_CUDA_PROFILE, printed to stderr when the backend is destroyed.
-class HostProfile {
- public:
-  HostProfile() : on_(std::getenv("MINIMAKV_CUDA_PROFILE") != nullptr) {}
-  ~HostProfile() {
-    if (!on_) return;
-    std::fprintf(stderr, "cuda backend host time by phase:\n");
-    for (const auto& [name, v] : phases_)
-      std::fprintf(stderr, "  %-14s %10.1f ms over %8zu calls (%.1f us each)\n", name.c_str(), v.first * 1e3, v.second,
-                   v.first * 1e6 / static_cast<double>(v.second));
-  }
-  class Scope {
-   public:
-    Scope(HostProfile& p, const char* name) : p_(p.on_ ? &p : nullptr), name_(name) {
-      if (p_) t0_ = std::chrono::steady_clock::now();
-    }
-    ~Scope() {
-      if (!p_) return;
-      auto& v = p_->phases_[name_];
-      v.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      ++v.second;
-    }
-
-   private:
-    HostProfile* p_;
-    const char* name_;
-    std::chrono::steady_clock::time_point t0_;
-  };
-
- private:
-  bool on_;
-  std::map<std::string, std::pair<double, size_t>> phases_;
-};
-
-// A device array that grows (never shrinks) and is written from host vectors in stream order.
-template <typename T>
-class DeviceScratch {
- public:
-  T* write(std::span<const T> host, cudaStream_t s) {
-    reserve(host.size());
-    if (!host.empty())
-      check(cudaMemcpyAsync(a_.get(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, s), "scratch upload");
-    return a_.get();
-  }
-  T* reserve(size_t n) {
-    // Freeing an array a queued kernel may still read is safe: cudaFree waits for the device.
-    if (n > a_.size()) a_ = cuda::DeviceArray<T>(std::max(n, a_.size() * 2));
-    return a_.get();
-  }
-
- private:
-  cuda::DeviceArray<T> a_;
-};
-
-// Page bytes of one store in device memory (one pool per format), plus the rotation signs its TQ3
-// conversions use.
-class DevicePageStorage final : public cache::PageStorage {
- public:
-  DevicePageStorage(const cache::StoreConfig& cfg, std::shared_ptr<Stream> stream)
-      : geo_{cfg.tokens_per_page, cfg.kv_heads, cfg.head_dim},
-        pool_(geo_, {cfg.bf16_pages ? cfg.bf16_pages + 1 : 0, cfg.fp8_pages ? cfg.fp8_pages + 1 : 0,
-                     cfg.tq3_pages ? cfg.tq3_pages + 1 : 0}),
-        signs_(cuda::upload_rotation_signs(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.rotation_seed)),
-        policy_(cfg.tq3_policy),
-        stream_(std::move(stream)) {
-    // The pools were zeroed on the legacy default stream, which does not order against our
-    // non-blocking stream: finish that before any kernel of ours writes a page.
-    check(cudaDeviceSynchronize(), "DevicePageStorage");
-  }
-  ~DevicePageStorage() override { cudaStreamSynchronize(stream_->s); }
-
-  void copy_page(cache::PageFormat f, cache::PageId src, cache::PageId dst) override {
-    stream_->note_store_op();
-    check(cudaMemcpyAsync(pool_.page(f, dst), pool_.page(f, src), pool_.layout(f).bytes(), cudaMemcpyDeviceToDevice,
-                          stream_->s),
-          "copy_page");
-  }
-
-  void convert(std::span<const Conversion> jobs) override {
-    stream_->note_store_op();
-    std::vector<cuda::ConvertJob> to_tq3, to_fp8;
-    for (const Conversion& c : jobs) {
-      const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
-      (c.dst.format == cache::PageFormat::kTq3 ? to_tq3 : to_fp8).push_back(j);
-    }
-    const auto views = pool_.views();
-    if (!to_tq3.empty()) {
-      const auto* d = tq3_jobs_.write(to_tq3, stream_->s);
-      cuda::convert_fp8_to_tq3(views, geo_, signs_.get(), d, static_cast<int>(to_tq3.size()), policy_, stream_->s);
-    }
-    if (!to_fp8.empty()) {
-      const auto* d = fp8_jobs_.write(to_fp8, stream_->s);
-      cuda::convert_tq3_to_fp8(views, geo_, signs_.get(), d, static_cast<int>(to_fp8.size()), stream_->s);
-    }
-  }
-
-  const cuda::DevicePagePool& pool() const { return pool_; }
-  const codec::PageGeometry& geometry() const { return geo_; }
-  const float* signs(int layer) const {
-    return signs_.get() + static_cast<size_t>(layer) * geo_.kv_heads * geo_.head_dim;
-  }
-
- private:
-  codec::PageGeometry geo_;
-  cuda::DevicePagePool pool_;
-  cuda::DeviceArray<float> signs_;
-  codec::Tq3Policy policy_;
-  std::shared_ptr<Stream> stream_;
-  DeviceScratch<cuda::ConvertJob> tq3_jobs_, fp8_jobs_;
-};
 
 class CudaBackend final : public Backend {
  public:

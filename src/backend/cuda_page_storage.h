@@ -1,0 +1,78 @@
+// Page bytes of a KvStore in device memory: the cache::PageStorage the CUDA backend gives its stores.
+//
+// Owns: one device pool per page format (exactly the layouts of docs/formats.md), the rotation signs
+// of every (layer, KV head) for the TQ3 conversions, and the conversion job lists. Invariant: every
+// operation is queued on the backend's stream, in the order the store issues it (the ordering contract
+// of cache/page_storage.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cuda_stream.h"
+#include "minimakv/cache/kv_store.h"
+#include "minimakv/cache/page_storage.h"
+#include "minimakv/codec/page_layout.h"
+#include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/page_writes.h"
+
+namespace minimakv::backend {
+
+// Page bytes of one store in device memory (one pool per format), plus the rotation signs its TQ3
+// conversions use.
+class DevicePageStorage final : public cache::PageStorage {
+ public:
+  DevicePageStorage(const cache::StoreConfig& cfg, std::shared_ptr<Stream> stream)
+      : geo_{cfg.tokens_per_page, cfg.kv_heads, cfg.head_dim},
+        pool_(geo_, {cfg.bf16_pages ? cfg.bf16_pages + 1 : 0, cfg.fp8_pages ? cfg.fp8_pages + 1 : 0,
+                     cfg.tq3_pages ? cfg.tq3_pages + 1 : 0}),
+        signs_(cuda::upload_rotation_signs(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.rotation_seed)),
+        policy_(cfg.tq3_policy),
+        stream_(std::move(stream)) {
+    // The pools were zeroed on the legacy default stream, which does not order against our
+    // non-blocking stream: finish that before any kernel of ours writes a page.
+    cuda::check(cudaDeviceSynchronize(), "DevicePageStorage");
+  }
+  ~DevicePageStorage() override { cudaStreamSynchronize(stream_->s); }
+
+  void copy_page(cache::PageFormat f, cache::PageId src, cache::PageId dst) override {
+    stream_->note_store_op();
+    cuda::check(cudaMemcpyAsync(pool_.page(f, dst), pool_.page(f, src), pool_.layout(f).bytes(),
+                                cudaMemcpyDeviceToDevice, stream_->s),
+                "copy_page");
+  }
+
+  void convert(std::span<const Conversion> jobs) override {
+    stream_->note_store_op();
+    std::vector<cuda::ConvertJob> to_tq3, to_fp8;
+    for (const Conversion& c : jobs) {
+      const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
+      (c.dst.format == cache::PageFormat::kTq3 ? to_tq3 : to_fp8).push_back(j);
+    }
+    const auto views = pool_.views();
+    if (!to_tq3.empty()) {
+      const auto* d = tq3_jobs_.write(to_tq3, stream_->s);
+      cuda::convert_fp8_to_tq3(views, geo_, signs_.get(), d, static_cast<int>(to_tq3.size()), policy_, stream_->s);
+    }
+    if (!to_fp8.empty()) {
+      const auto* d = fp8_jobs_.write(to_fp8, stream_->s);
+      cuda::convert_tq3_to_fp8(views, geo_, signs_.get(), d, static_cast<int>(to_fp8.size()), stream_->s);
+    }
+  }
+
+  const cuda::DevicePagePool& pool() const { return pool_; }
+  const codec::PageGeometry& geometry() const { return geo_; }
+  const float* signs(int layer) const {
+    return signs_.get() + static_cast<size_t>(layer) * geo_.kv_heads * geo_.head_dim;
+  }
+
+ private:
+  codec::PageGeometry geo_;
+  cuda::DevicePagePool pool_;
+  cuda::DeviceArray<float> signs_;
+  codec::Tq3Policy policy_;
+  std::shared_ptr<Stream> stream_;
+  DeviceScratch<cuda::ConvertJob> tq3_jobs_, fp8_jobs_;
+};
+
+}  // namespace minimakv::backend
