@@ -101,8 +101,9 @@ class DecodeWorkspace {
   void stage(const DecodePlan& plan, const PoolViews& pools);
   // Copies the staged plan to the device and runs the step on `stream`. kCapacity copies the whole plan
   // buffer and sizes every grid by the capacities (no launch for a format without a pool in `pools`),
-  // so a captured graph stays valid for any later stage() with the same pools; kStaged copies and launches only what the staged plan uses (eager launches: a workspace
-  // sized for long prefill chunks stays cheap for single-token decode steps).
+  // so a captured graph stays valid for any later stage() with the same pools; kStaged copies and
+  // launches only what the staged plan uses (eager launches: a workspace sized for long prefill chunks
+  // stays cheap for single-token decode steps).
   enum class LaunchSize { kCapacity, kStaged };
   void launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
               LaunchSize size = LaunchSize::kCapacity) const;
