@@ -54,6 +54,29 @@ void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw cuda::CudaError(std::string(what) + ": cuBLAS status " + std::to_string(s));
 }
 
+// Whether two shapes give the same workspace layout (the softmax scale is not part of it).
+bool same_geometry(const cuda::DecodeShape& a, const cuda::DecodeShape& b) {
+  return a.q_heads == b.q_heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim &&
+         a.tokens_per_page == b.tokens_per_page;
+}
+
+// Whether `ws` exists for this shape and holds a plan of these sizes.
+bool holds(const std::unique_ptr<cuda::DecodeWorkspace>& ws, const cuda::DecodeShape& shape, int batch, int splits,
+           int entries) {
+  return ws && same_geometry(ws->shape(), shape) && batch <= ws->max_batch() && splits <= ws->max_splits() &&
+         entries <= ws->max_entries();
+}
+
+// The query, rotation signs and output of one layer's attention, for either kernel family's buffers.
+template <class Io>
+Io attend_buffers(const Tensor& q, const DevicePageStorage& dev, int layer, Tensor& out) {
+  Io io;
+  io.q = q.data();
+  io.signs = dev.signs(layer);
+  io.out = out.data();
+  return io;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const model::ModelConfig& cfg) {
@@ -371,18 +394,14 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
   }
   const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
   const auto plan = cuda::make_prefill_plan(ps, shape);
-  if (!prefill_ws_ || prefill_shape_.q_heads != shape.q_heads || prefill_shape_.kv_heads != shape.kv_heads ||
-      prefill_shape_.head_dim != shape.head_dim || prefill_shape_.tokens_per_page != shape.tokens_per_page) {
+  if (!prefill_ws_ || !same_geometry(prefill_shape_, shape)) {
     check(cudaStreamSynchronize(stream_->s), "prefill workspace");  // the old one may still be read
     prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(shape);
     prefill_shape_ = shape;
   }
   phase.reset();
   phase.emplace(profile_, "att prefill launch");
-  cuda::PrefillBuffers io;
-  io.q = q.data();
-  io.signs = dev->signs(layer);
-  io.out = out.data();
+  auto io = attend_buffers<cuda::PrefillBuffers>(q, *dev, layer, out);
   const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
   if (page_scores) {
     std::vector<size_t> pages;
@@ -395,11 +414,8 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
 cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
   auto& ws = ws_[turn];
   const int splits = static_cast<int>(plan.splits.size()), entries = static_cast<int>(plan.entries.size());
-  const bool same_shape = ws && ws->shape().q_heads == shape.q_heads && ws->shape().kv_heads == shape.kv_heads &&
-                          ws->shape().head_dim == shape.head_dim &&
-                          ws->shape().tokens_per_page == shape.tokens_per_page;
-  if (same_shape && plan.batch <= ws->max_batch() && splits <= ws->max_splits() && entries <= ws->max_entries())
-    return *ws;
+  if (holds(ws, shape, plan.batch, splits, entries)) return *ws;
+  const bool same_shape = ws && same_geometry(ws->shape(), shape);
   // The old workspace may still be read by queued kernels.
   check(cudaStreamSynchronize(stream_->s), "workspace resize");
   auto grow = [&](int need, int have) { return std::max({need, same_shape ? have * 2 : 0, 64}); };
@@ -493,13 +509,9 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     if (ws.shape().q_heads != q_heads) throw std::logic_error("attention: a captured step changed its head count");
     phase.emplace(profile_, "att stage");
     ws.stage(plan, views);
-    if (mode_ == Mode::kCapture) {
-      cuda::DecodeBuffers io;
-      io.q = q.data();
-      io.signs = dev->signs(layer);
-      io.out = out.data();
-      ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kCapacity);
-    }
+    if (mode_ == Mode::kCapture)
+      ws.launch(views, attend_buffers<cuda::DecodeBuffers>(q, *dev, layer, out), stream_->s,
+                cuda::DecodeWorkspace::LaunchSize::kCapacity);
     record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
     return;
@@ -515,10 +527,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   ws.stage(plan, views);
   phase.reset();
   phase.emplace(profile_, "att launch");
-  cuda::DecodeBuffers io;
-  io.q = q.data();
-  io.signs = dev->signs(layer);
-  io.out = out.data();
+  auto io = attend_buffers<cuda::DecodeBuffers>(q, *dev, layer, out);
   const size_t qh = static_cast<size_t>(q_heads);
   if (page_scores) request_page_scores(io, plan.batch * qh, plan.entries.size() * qh, layer, pages_seen, score_weight);
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
@@ -558,10 +567,7 @@ void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> 
   const int splits = cuda::decode_split_bound(tokens, shape);
   if (layer_ws_.size() != layers) layer_ws_.resize(layers);
   for (auto& ws : layer_ws_) {
-    const bool same = ws && ws->shape().q_heads == shape.q_heads && ws->shape().kv_heads == shape.kv_heads &&
-                      ws->shape().head_dim == shape.head_dim && ws->shape().tokens_per_page == shape.tokens_per_page;
-    if (same && static_cast<int>(n) <= ws->max_batch() && splits <= ws->max_splits() && entries <= ws->max_entries())
-      continue;
+    if (holds(ws, shape, static_cast<int>(n), splits, entries)) continue;
     // Room for the sequences to grow by a quarter before the next capture.
     check(cudaStreamSynchronize(stream_->s), "begin_forward");  // the old one may still be read
     ws = std::make_unique<cuda::DecodeWorkspace>(shape, static_cast<int>(n), splits + splits / 4 + 8,

@@ -148,6 +148,16 @@ __device__ void block_fwht(float* x) {
   __syncthreads();
 }
 
+// q_rot = R q for one query row of D floats (thread i owns element i): signs, FWHT, 1/sqrt(D). x is D
+// floats of shared memory. The rotation every TQ3 branch reads its queries in.
+template <int D>
+__device__ inline void rotate_query(const float* q, const float* signs, float* x, float* q_rot) {
+  const int i = threadIdx.x;
+  x[i] = __fmul_rn(q[i], signs[i]);
+  block_fwht<D>(x);
+  q_rot[i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
+}
+
 // The end of a merge for one (row, query head), thread i of a block of D: out[i] = (plain + R^T rot)[i] /
 // l, where rot is the TQ3 share in the rotated domain and signs are the head's rotation signs; x is D
 // floats of shared memory. Thread 0 writes the merged (m, l) where asked.

@@ -357,11 +357,8 @@ __global__ void rotate_queries_kernel(StepParams p) {
   const int b = blockIdx.x, hq = blockIdx.y;
   if (b >= plan_batch(p.plan)) return;
   __shared__ float x[D];
-  const int i = threadIdx.x, h = hq / p.group;
   const size_t o = (static_cast<size_t>(b) * p.q_heads + hq) * D;
-  x[i] = __fmul_rn(p.q[o + i], p.signs[h * D + i]);
-  block_fwht<D>(x);
-  p.q_rot[o + i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
+  rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
 }
 
 // One CTA of D threads per (batch item, query head). An item may have hundreds of partials, so the

@@ -395,11 +395,8 @@ template <int D>
 __global__ void prefill_rotate_kernel(PrefillParams p) {
   const int row = blockIdx.x, hq = blockIdx.y;
   __shared__ float x[D];
-  const int i = threadIdx.x, h = hq / p.group;
   const size_t o = (static_cast<size_t>(row) * p.q_heads + hq) * D;
-  x[i] = __fmul_rn(p.q[o + i], p.signs[h * D + i]);
-  block_fwht<D>(x);
-  p.q_rot[o + i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
+  rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
 }
 
 // One block per (row, query head): every partial of the row's query tile under one softmax, one
