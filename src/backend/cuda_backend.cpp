@@ -509,6 +509,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     if (ws.shape().q_heads != q_heads) throw std::logic_error("attention: a captured step changed its head count");
     phase.emplace(profile_, "att stage");
     ws.stage(plan, views);
+    phase.reset();  // the segment's graph launch below is timed as its own phase
     if (mode_ == Mode::kCapture)
       ws.launch(views, attend_buffers<cuda::DecodeBuffers>(q, *dev, layer, out), stream_->s,
                 cuda::DecodeWorkspace::LaunchSize::kCapacity);
