@@ -158,15 +158,16 @@ __device__ inline void rotate_query(const float* q, const float* signs, float* x
   q_rot[i] = __fmul_rn(x[i], codec::inv_sqrt_dim(D));
 }
 
-// The end of a merge for one (row, query head), thread i of a block of D: out[i] = (plain + R^T rot)[i] /
-// l, where rot is the TQ3 share in the rotated domain and signs are the head's rotation signs; x is D
-// floats of shared memory. Thread 0 writes the merged (m, l) where asked.
+// The end of a merge for one (row, query head), thread i < D of a block of at least D threads (all call
+// it): out[i] = (plain + R^T rot)[i] / l, where rot is the TQ3 share in the rotated domain and signs are
+// the head's rotation signs; x is D floats of shared memory. Thread 0 writes the merged (m, l) where asked.
 template <int D>
 __device__ inline void write_merged(float plain, float rot, float mm, float ll, const float* signs, float* x,
                                     float* out, float* m_out, float* l_out) {
   const int i = threadIdx.x;
-  x[i] = rot;
+  if (i < D) x[i] = rot;
   block_fwht<D>(x);
+  if (i >= D) return;
   const float back = (x[i] * codec::inv_sqrt_dim(D)) * signs[i];
   out[i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
   if (i == 0) {

@@ -240,6 +240,9 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
   const bool want_pages = p.page_m != nullptr;
+  // The warps take the split's tiles round-robin across its pages, not afresh on each page: a split of
+  // short pages (two 64-token pages) then gives every warp one tile instead of two to half the warps.
+  int tiles_before = 0;
   for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
     const PlanEntry en = entries[ei];
     const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
@@ -254,7 +257,9 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       pm[g] = -INFINITY;
       pl[g] = 0.0f;
     }
-    for (int tile = sp.tok_begin + warp * kTile; tile < t_end; tile += kWarps * kTile) {
+    const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
+    tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
+    for (int tile = sp.tok_begin + first * kTile; tile < t_end; tile += kWarps * kTile) {
       const int n = min(kTile, t_end - tile);
       stage_tile<F, D>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
       const int t = tile + lane;
@@ -361,14 +366,17 @@ __global__ void rotate_queries_kernel(StepParams p) {
   rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
 }
 
-// One CTA of D threads per (batch item, query head). An item may have hundreds of partials, so the
-// loop over them is spread over the CTA: pass 1 takes the maximum with every thread striding over the
-// partials; pass 2 gives each warp every kWarps-th group of kUnroll partials, whose (m, l) and output rows
-// it loads together before accumulating (independent loads in flight instead of one round trip per
-// partial); the warps' sums are added in warp order. The order is fixed, so results are deterministic.
+// One CTA of kMergeThreads per (batch item, query head). An item may have hundreds of partials, and at
+// batch 1 there are only q_heads CTAs, so the loop over the partials is spread over 16 warps: pass 1
+// takes the maximum with every thread striding over the partials; pass 2 gives each warp every
+// kWarps-th group of kUnroll partials, whose (m, l) and output rows it loads together before
+// accumulating (independent loads in flight instead of one round trip per partial); the warps' sums
+// are added in warp order. The order is fixed, so results are deterministic.
+constexpr int kMergeThreads = 512;
+
 template <int D>
-__global__ void merge_kernel(StepParams p) {
-  constexpr int kWarps = D / 32, kPer = D / 32, kUnroll = D >= 256 ? 4 : 8;
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(StepParams p) {
+  constexpr int kWarps = kMergeThreads / 32, kPer = D / 32, kUnroll = D >= 256 ? 4 : 8;
   const int b = blockIdx.x, hq = blockIdx.y;
   if (b >= plan_batch(p.plan)) return;
   __shared__ float x[D];
@@ -379,7 +387,7 @@ __global__ void merge_kernel(StepParams p) {
   const int batch = plan_batch(p.plan);
   float mm = -INFINITY;
   for (int f = 0; f < codec::kNumPageFormats; ++f)
-    for (int s = offs[f * (batch + 1) + b] + i; s < offs[f * (batch + 1) + b + 1]; s += D) {
+    for (int s = offs[f * (batch + 1) + b] + i; s < offs[f * (batch + 1) + b + 1]; s += kMergeThreads) {
       const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
       if (p.part_l[qh] > 0.0f) mm = fmaxf(mm, p.part_m[qh]);
     }
@@ -428,11 +436,12 @@ __global__ void merge_kernel(StepParams p) {
   if (lane == 0) warp_l[warp] = ll;
   __syncthreads();
   float sum_plain = 0.0f, sum_rot = 0.0f, sum_l = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    sum_plain += warp_sum[0][w][i];
-    sum_rot += warp_sum[1][w][i];
-    sum_l += warp_l[w];
-  }
+  if (i < D)
+    for (int w = 0; w < kWarps; ++w) {
+      sum_plain += warp_sum[0][w][i];
+      sum_rot += warp_sum[1][w][i];
+      sum_l += warp_l[w];
+    }
   const size_t bh = static_cast<size_t>(b) * p.q_heads + hq;
   write_merged<D>(sum_plain, sum_rot, mm, sum_l, p.signs + h * D, x, p.out + bh * D, p.m ? p.m + bh : nullptr,
                   p.l ? p.l + bh : nullptr);
@@ -501,28 +510,35 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
 }
 
 template <int D, int GM>
-void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStream_t st) {
-  launch_format<0, D, GM>(p, splits[0], st);
-  launch_format<1, D, GM>(p, splits[1], st);
-  launch_format<2, D, GM>(p, splits[2], st);
+void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStream_t exact_st, cudaStream_t tq3_st) {
+  launch_format<0, D, GM>(p, splits[0], exact_st);
+  launch_format<1, D, GM>(p, splits[1], exact_st);
+  launch_format<2, D, GM>(p, splits[2], tq3_st);
 }
 
-// Grids: `batch` rows for the rotation and the merge, splits[f] CTAs (per KV head) for format f. CTAs
-// past the staged plan's counts exit at once, so capacity-sized grids (graph replay) are correct too.
+// Grids: `batch` rows for the rotation (steps that read TQ3) and the merge, splits[f] CTAs (per KV head)
+// for format f. CTAs past the staged plan's counts exit at once, so capacity-sized grids (graph replay)
+// are correct too. When a step reads TQ3 and an exact format, the exact formats' launches run on a side
+// stream beside the rotation and the TQ3 launch: a minima step has a handful of FP8 splits (sink,
+// Recent, Anchors), which in stream order would add a whole kernel's latency to every layer.
 template <int D>
-void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits, cudaStream_t st) {
-  rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
+void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits, cudaStream_t st,
+                const ForkJoin& side) {
+  const bool tq3 = splits[2] > 0, exact = splits[0] > 0 || splits[1] > 0;
+  const cudaStream_t exact_st = tq3 && exact ? side.fork(st) : st;
+  if (tq3) rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
   if (p.group == 1)
-    launch_split<D, 1>(p, splits, st);
+    launch_split<D, 1>(p, splits, exact_st, st);
   else if (p.group == 2)
-    launch_split<D, 2>(p, splits, st);
+    launch_split<D, 2>(p, splits, exact_st, st);
   else if (p.group <= 4)
-    launch_split<D, 4>(p, splits, st);
+    launch_split<D, 4>(p, splits, exact_st, st);
   else if (p.group <= 6)
-    launch_split<D, 6>(p, splits, st);
+    launch_split<D, 6>(p, splits, exact_st, st);
   else
-    launch_split<D, 8>(p, splits, st);
-  merge_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
+    launch_split<D, 8>(p, splits, exact_st, st);
+  if (tq3 && exact) side.join(st);
+  merge_kernel<D><<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p);
   if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);
 }
 
@@ -740,13 +756,13 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   set_attend_params(p, pools, shape_, io, q_rot_.get(), part_o_.get(), part_m_.get(), part_l_.get());
   switch (shape_.head_dim) {
     case 64:
-      launch_all<64>(p, batch, splits, stream);
+      launch_all<64>(p, batch, splits, stream, side_);
       break;
     case 128:
-      launch_all<128>(p, batch, splits, stream);
+      launch_all<128>(p, batch, splits, stream, side_);
       break;
     default:
-      launch_all<256>(p, batch, splits, stream);
+      launch_all<256>(p, batch, splits, stream, side_);
       break;
   }
   check(cudaGetLastError(), "DecodeWorkspace::launch");

@@ -1,11 +1,12 @@
 // Mixed-format paged decode attention on the GPU: split-K over pages, one softmax over every format.
 //
 // Owns: the decode plan (which pages each CTA reads), its fixed-capacity device buffers, and the three
-// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation, (2) per
-// format, one CTA per (split, KV head) reads its pages in that stored format (BF16, FP8 or TQ3; all query
-// heads of the GQA group reuse each loaded K/V tile) and writes a normalised partial (m, l, O) per query head, TQ3
-// partials in the rotated domain, (3) a merge per (sequence, query head) combines every partial under
-// one softmax and applies one inverse rotation to the TQ3 share.
+// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation (steps that
+// read TQ3), (2) per format, one CTA per (split, KV head) reads its pages in that stored format (BF16,
+// FP8 or TQ3; all query heads of the GQA group reuse each loaded K/V tile) and writes a normalised
+// partial (m, l, O) per query head, TQ3 partials in the rotated domain; the exact formats run on a side
+// stream beside (1) and TQ3, (3) a merge per (sequence, query head) combines every partial under one
+// softmax and applies one inverse rotation to the TQ3 share.
 // Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). fp32 accumulation.
 // Graph contract: stage() writes the plan into pinned host memory only; launch() copies it to the device
 // and runs the kernels with no host synchronisation or allocation, so launch() can be captured in a CUDA
@@ -24,6 +25,7 @@
 
 #include "minimakv/codec/page_layout.h"
 #include "minimakv/cuda/device_pool.h"
+#include "minimakv/cuda/fork_join.h"
 
 namespace minimakv::cuda {
 
@@ -121,6 +123,7 @@ class DecodeWorkspace {
   PinnedArray<uint8_t> staging_;
   DeviceArray<uint8_t> plan_;
   DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
+  ForkJoin side_;  // the exact formats' launches beside the TQ3 one
   DecodeStats stats_;
   bool page_granular_ = false;  // every entry is read by exactly one split, from its first token
   int staged_batch_ = 0, staged_entries_ = 0;
