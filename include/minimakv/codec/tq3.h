@@ -22,10 +22,12 @@
 
 namespace minimakv::codec {
 
-// Lloyd-Max reconstruction levels for N(0,1), ascending; code k in [0, 8) maps to kTq3Levels[k].
-inline constexpr std::array<float, 8> kTq3Levels = {-2.1520f, -1.3440f, -0.7560f, -0.2451f,
-                                                    0.2451f,  0.7560f,  1.3440f,  2.1520f};
-// Decision thresholds (midpoints of adjacent levels).
+// Lloyd-Max reconstruction levels for N(0,1) (+-0.2451, 0.7560, 1.3440, 2.1520), each rounded to the
+// nearest fp16 value (a change of at most 0.02%), so that tensor cores read the codes exactly;
+// ascending; code k in [0, 8) maps to kTq3Levels[k].
+inline constexpr std::array<float, 8> kTq3Levels = {-2.15234375f,  -1.34375f,    -0.755859375f, -0.2451171875f,
+                                                    0.2451171875f, 0.755859375f, 1.34375f,      2.15234375f};
+// Decision thresholds (midpoints of adjacent Lloyd-Max levels, from before the fp16 rounding).
 inline constexpr std::array<float, 7> kTq3Thresholds = {-1.7480f, -1.0500f, -0.50055f, 0.0f,
                                                         0.50055f, 1.0500f,  1.7480f};
 inline constexpr uint16_t kHalfNaN = 0x7e00;
@@ -45,7 +47,8 @@ MINIMAKV_HD constexpr size_t tq3_packed_bytes(int d) { return static_cast<size_t
 
 // Same numbers as kTq3Levels / kTq3Thresholds, in a form device code can use.
 MINIMAKV_HD inline float tq3_level(int code) {
-  constexpr float kLevels[8] = {-2.1520f, -1.3440f, -0.7560f, -0.2451f, 0.2451f, 0.7560f, 1.3440f, 2.1520f};
+  constexpr float kLevels[8] = {-2.15234375f,  -1.34375f,    -0.755859375f, -0.2451171875f,
+                                0.2451171875f, 0.755859375f, 1.34375f,      2.15234375f};
   return kLevels[code & 7];
 }
 
