@@ -1,5 +1,6 @@
 // Device helpers shared by the paged attention kernels (decode and prefill): page metadata loads, FP8
-// decoding, the base-2 softmax-state merge and the block FWHT of the TQ3 rotation.
+// decoding, fp16 tensor-core tiles, the base-2 softmax-state merge and the block FWHT of the TQ3
+// rotation.
 //
 // Invariant: every kernel that includes this reads pages in exactly the layouts of docs/formats.md and
 // keeps softmax states in base 2 internally (exp2f), converting to natural-log partials (m * ln 2) at
@@ -90,6 +91,26 @@ __device__ inline void fp8x4_to_float(uint32_t w, float* x) {
     x[2 * j] = __half2float(__half(__half_raw{h.x}));
     x[2 * j + 1] = __half2float(__half(__half_raw{h.y}));
   }
+}
+
+// D += A B for one m16n8k16 tile: fp16 A (16 x 16, row-major fragments) and B (16 x 8), fp32 C/D.
+__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one fp16x2 register, lo in the low half (round to nearest).
+__device__ inline uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Two E4M3 bytes (low byte first) as one fp16x2 register; exact (every E4M3 value is an fp16 value).
+__device__ inline uint32_t fp8x2_to_half2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 // Merges the base-2 softmax state (m2, l2) into (m, l); returns the factors applied to each side.

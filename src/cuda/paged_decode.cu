@@ -46,15 +46,18 @@ __device__ inline void dot_chunk(const float* qs, int D, int c, const float (&x)
   }
 }
 
-// Shared-memory row strides of the staged K and V tiles. A lane reads its own token's K row in 16-byte
-// (TQ3 at head_dim 64: 8-byte) pieces, so the K stride is an odd number of pieces (no bank conflicts
-// among the lanes of a phase); lanes read disjoint slices of one V row, so V rows are packed.
-template <int F, int D>
+// Shared-memory row strides of the staged K and V tiles. On the FMA path a lane reads its own token's K
+// row in 16-byte (TQ3 at head_dim 64: 8-byte) pieces, so the K stride is an odd number of pieces (no
+// bank conflicts among the lanes of a phase); lanes read disjoint slices of one V row, so V rows are
+// packed. On the tensor-core path lanes (g, t) read 4 bytes at 16 ks + 4 t of K rows g and g + 8 (FP8),
+// which the same K stride keeps on 32 banks, and word 8 k + g of V rows t + 4 j, for which FP8 V rows
+// are padded by kVPad = 32 bytes (a stride of 8 mod 32 words).
+template <int F, int D, int kVPad = 0>
 struct TileGeom {
   static constexpr int kRow = F == 0 ? 2 * D : F == 1 ? D : 3 * D / 8;
   static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
   static constexpr int kKStride = (kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece;
-  static constexpr int kVStride = kRow;
+  static constexpr int kVStride = kRow + kVPad;
   static constexpr int kWarpBytes = kTile * (kKStride + kVStride);
 };
 
@@ -112,9 +115,8 @@ __device__ inline void qk_row(const uint8_t* row, const float* qs, const float* 
 }
 
 // Starts the asynchronous copy of rows [0, n) of a K tile and a V tile into this warp's stage.
-template <int F, int D>
+template <class TG>
 __device__ inline void stage_tile(const uint8_t* k_rows, const uint8_t* v_rows, int n, uint8_t* stage) {
-  using TG = TileGeom<F, D>;
   constexpr int kPieces = TG::kRow / TG::kPiece;
   const int lane = threadIdx.x & 31;
   uint8_t* ks = stage;
@@ -185,6 +187,48 @@ __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
+}
+
+// End of one entry's pages scores: every warp has put its (m, l) per query head in red_m / red_l; the
+// first G threads merge them and write the page's (m_p, l_p) in natural log. Block-wide (all threads).
+template <int GM>
+__device__ inline void write_page_stats(const StepParams& p, int ei, const float (*red_m)[GM],
+                                        const float (*red_l)[GM]) {
+  __syncthreads();
+  const int G = p.group;
+  if (static_cast<int>(threadIdx.x) < G) {
+    const int g = threadIdx.x;
+    float mm = -INFINITY, ll = 0.0f, c1, c2;
+    for (int w = 0; w < kWarps; ++w) merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+    const size_t o = static_cast<size_t>(ei) * p.q_heads + static_cast<size_t>(blockIdx.y) * G + g;
+    p.page_m[o] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+    p.page_l[o] = ll;
+  }
+  __syncthreads();
+}
+
+// End of a split: every warp has put its (m, l) per query head and its unnormalised output rows in
+// red_m / red_l / red_acc; they are merged in warp order and written as the split's normalised partial.
+// Block-wide (all threads).
+template <int D, int GM>
+__device__ inline void write_partials(const StepParams& p, int split, const float (*red_m)[GM],
+                                      const float (*red_l)[GM], const float (*red_acc)[GM][D]) {
+  __syncthreads();
+  const int G = p.group;
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    float mm = -INFINITY, ll = 0.0f, a = 0.0f, c1, c2;
+    for (int w = 0; w < kWarps; ++w) {
+      merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+      a = a * c1 + red_acc[w][g][d] * c2;
+    }
+    const size_t qh = static_cast<size_t>(split) * p.q_heads + static_cast<size_t>(blockIdx.y) * G + g;
+    p.part_o[qh * D + d] = ll > 0.0f ? a / ll : 0.0f;
+    if (d == 0) {
+      p.part_m[qh] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+      p.part_l[qh] = ll;
+    }
+  }
 }
 
 // Dynamic shared memory of the split kernel: [qs | ps | red_m | red_l | levels | stage or red_acc].
@@ -261,7 +305,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
     tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
     for (int tile = sp.tok_begin + first * kTile; tile < t_end; tile += kWarps * kTile) {
       const int n = min(kTile, t_end - tile);
-      stage_tile<F, D>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
+      stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
       const int t = tile + lane;
       const bool valid = lane < n;
       const float ks = valid ? load_meta<F>(km + static_cast<size_t>(t) * L.meta) : 0.0f;
@@ -314,16 +358,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
           red_l[warp][g] = pl[g];
         }
       }
-      __syncthreads();
-      if (static_cast<int>(threadIdx.x) < G) {
-        const int g = threadIdx.x;
-        float mm = -INFINITY, ll = 0.0f, c1, c2;
-        for (int w = 0; w < kWarps; ++w) merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
-        const size_t o = static_cast<size_t>(ei) * p.q_heads + static_cast<size_t>(h) * G + g;
-        p.page_m[o] = ll > 0.0f ? mm * kLn2 : -INFINITY;
-        p.page_l[o] = ll;
-      }
-      __syncthreads();
+      write_page_stats<GM>(p, ei, red_m, red_l);
     }
   }
   // Combine the warps through shared memory (red_acc overlays the stages, so wait for every warp).
@@ -339,21 +374,318 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       red_l[warp][g] = l;
     }
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    float mm = -INFINITY, ll = 0.0f, a = 0.0f, c1, c2;
-    for (int w = 0; w < kWarps; ++w) {
-      merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
-      a = a * c1 + red_acc[w][g][d] * c2;
-    }
-    const size_t qh = static_cast<size_t>(split) * p.q_heads + static_cast<size_t>(h) * G + g;
-    p.part_o[qh * D + d] = ll > 0.0f ? a / ll : 0.0f;
-    if (d == 0) {
-      p.part_m[qh] = ll > 0.0f ? mm * kLn2 : -INFINITY;
-      p.part_l[qh] = ll;
+  write_partials<D, GM>(p, split, red_m, red_l, red_acc);
+}
+
+// ---- The tensor-core split body, for FP8 and TQ3 pages ----
+//
+// Per warp and 32-token tile, with the same plan, staging and partials as attend_split:
+//   S = K Q^T on fp16 m16n8k16 tiles: rows are tokens (two blocks of 16), the 8 columns the group's
+//   query heads (G <= 8; the rest zero). K codes are exact in fp16 (E4M3 values; TQ3 levels are fp16
+//   values by construction, docs/formats.md); the query enters as hi + lo fp16 terms, two MMAs per
+//   fragment, so the logits keep about fp32 accuracy.
+//   O^T += V^T P^T: rows are head dims (D / 16 blocks), k the tile's tokens, P (times each token's V
+//   scale) again as hi + lo terms. Fragments are read straight from the staged rows, no dense copy.
+// The fragments' k order is a permutation of dims (QK) or tokens (PV), the same for both operands, and
+// the output rows a permutation of dims undone when the warp's rows are written out.
+
+constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA group fits
+
+template <int F, int D>
+using MmaTileGeom = TileGeom<F, D, F == static_cast<int>(codec::PageFormat::kFp8) ? 32 : 0>;
+
+// Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | stage or red_acc].
+template <int F, int D>
+struct MmaSmem {
+  static constexpr size_t kQf = 0;  // uint4 [D / 16][32]: per k-step and lane {hi01, hi23, lo01, lo23}
+  static constexpr size_t kPs = kQf + sizeof(uint4) * (D / 16) * 32;
+  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * kTile * kMmaCols;
+  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * kMmaCols;
+  static constexpr size_t kPairs = kRedL + sizeof(float) * kWarps * kMmaCols;
+  static constexpr size_t kStage = (kPairs + sizeof(uint32_t) * 64 + 15) / 16 * 16;
+  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * MmaTileGeom<F, D>::kWarpBytes;
+  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * kMmaCols * D;
+  static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
+};
+
+// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8: 16 ks + 4 t.
+// TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits), four per step.
+template <int F>
+__device__ inline int qk_dim(int ks, int t) {
+  if constexpr (F == static_cast<int>(codec::PageFormat::kFp8))
+    return 16 * ks + 4 * t;
+  else
+    return 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
+}
+
+// Codes [16 t, 16 t + 16) of 64-code chunk c of a staged TQ3 row, 3 bits each from bit 0.
+__device__ inline uint64_t tq3_codes16(const uint8_t* row, int c, int t) {
+  const auto* w = reinterpret_cast<const uint32_t*>(row) + 6 * c + ((3 * t) >> 1);
+  const uint64_t v = (static_cast<uint64_t>(w[1]) << 32) | w[0];
+  return v >> (16 * (t & 1));
+}
+
+// The 12 bits of codes [d, d + 4) of a staged TQ3 row of D codes (d a multiple of 4).
+template <int D>
+__device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
+  constexpr int kWords = 3 * D / 32;
+  const auto* w = reinterpret_cast<const uint32_t*>(row);
+  const int bit = 3 * d, wi = bit >> 5;
+  const uint32_t hi = wi + 1 < kWords ? w[wi + 1] : 0u;
+  return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
+}
+
+template <int F, int D>
+__device__ __forceinline__ void attend_split_mma(const StepParams& p, int split, uint8_t* smem) {
+  using SM = MmaSmem<F, D>;
+  using TG = MmaTileGeom<F, D>;
+  constexpr bool kTq3 = F == static_cast<int>(codec::PageFormat::kTq3);
+  constexpr int MB = D / 16;  // QK k-steps; PV output row blocks
+  auto* qf = reinterpret_cast<uint4*>(smem + SM::kQf);
+  auto* ps = reinterpret_cast<float(*)[kTile][kMmaCols]>(smem + SM::kPs);
+  auto* red_m = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedM);
+  auto* red_l = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedL);
+  auto* pairs = reinterpret_cast<uint32_t*>(smem + SM::kPairs);
+  const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  uint8_t* stage = smem + SM::kStage + static_cast<size_t>(warp) * TG::kWarpBytes;
+  const uint8_t* st_k = stage;
+  const uint8_t* st_v = stage + kTile * TG::kKStride;
+  // pairs[a | b << 3] = {level a, level b} as fp16x2: two TQ3 codes to one fragment register.
+  if (threadIdx.x < 64)
+    pairs[threadIdx.x] = pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
+                                    codec::tq3_level(static_cast<int>(threadIdx.x >> 3)));
+  const int G = p.group;
+  {
+    const float* qsrc =
+        (kTq3 ? p.q_rot : p.q) + (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
+    const float qscale = p.scale * kLog2e;
+    for (int i = threadIdx.x; i < MB * 32; i += kThreads) {
+      const int ks = i / 32, qg = (i % 32) >> 2, d0 = qk_dim<F>(ks, i & 3);
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (qg < G)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = qsrc[qg * D + d0 + j] * qscale;
+      const __half2 h01 = __floats2half2_rn(x[0], x[1]), h23 = __floats2half2_rn(x[2], x[3]);
+      qf[i] = make_uint4(*reinterpret_cast<const uint32_t*>(&h01), *reinterpret_cast<const uint32_t*>(&h23),
+                         pack_half2(x[0] - __low2float(h01), x[1] - __high2float(h01)),
+                         pack_half2(x[2] - __low2float(h23), x[3] - __high2float(h23)));
     }
   }
+  __syncthreads();
+  const DeviceLayout L = p.pools.layout[F];
+  const uint8_t* base = p.pools.base[F];
+  const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+  float acc[MB][4];
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
+  const bool want_pages = p.page_m != nullptr;
+  int tiles_before = 0;  // tiles dealt round-robin across the split's pages, as in attend_split
+  for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
+    const PlanEntry en = entries[ei];
+    const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
+    const uint8_t* kc = page + static_cast<size_t>(h) * L.code_stride;
+    const uint8_t* vc = page + L.v_codes + static_cast<size_t>(h) * L.code_stride;
+    const uint8_t* km = page + L.k_meta + static_cast<size_t>(h) * L.meta_stride;
+    const uint8_t* vm = page + L.v_meta + static_cast<size_t>(h) * L.meta_stride;
+    const int t_end = min(sp.tok_end, static_cast<int>(en.tokens));
+    float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
+    const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
+    tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
+    for (int tile = sp.tok_begin + first * kTile; tile < t_end; tile += kWarps * kTile) {
+      const int n = min(kTile, t_end - tile);
+      stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
+      // Row scales of the tokens of this lane's C rows: 16 mb + g + 8 r at [2 mb + r].
+      float ksc[4], vsc[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+        const size_t mo = static_cast<size_t>(tile + tok) * L.meta;
+        ksc[j] = tok < n ? load_meta<F>(km + mo) : 0.0f;
+        vsc[j] = tok < n ? load_meta<F>(vm + mo) : 0.0f;
+      }
+      __pipeline_wait_prior(0);
+      __syncwarp();
+      float s[2][4];
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+        s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
+        if (16 * mb >= n) continue;  // warp-uniform: a block of padding rows only
+        const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
+        const uint8_t* r1 = r0 + 8 * TG::kKStride;
+        // 64 dims (four k-steps, hi and lo) per tensor-core sum from zero, added up in fp32 (see PV).
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          float part[4] = {};
+          if constexpr (kTq3) {
+            const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const uint32_t a[4] = {pairs[(v0 >> (12 * kk)) & 63u], pairs[(v1 >> (12 * kk)) & 63u],
+                                     pairs[(v0 >> (12 * kk + 6)) & 63u], pairs[(v1 >> (12 * kk + 6)) & 63u]};
+              const uint4 qv = qf[(4 * c + kk) * 32 + lane];
+              mma16816(part, a, qv.x, qv.y);
+              mma16816(part, a, qv.z, qv.w);
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const int ks = 4 * c + kk;
+              const uint32_t w0 = *reinterpret_cast<const uint32_t*>(r0 + 16 * ks + 4 * t);
+              const uint32_t w1 = *reinterpret_cast<const uint32_t*>(r1 + 16 * ks + 4 * t);
+              const uint32_t a[4] = {fp8x2_to_half2(w0), fp8x2_to_half2(w1), fp8x2_to_half2(w0 >> 16),
+                                     fp8x2_to_half2(w1 >> 16)};
+              const uint4 qv = qf[ks * 32 + lane];
+              mma16816(part, a, qv.x, qv.y);
+              mma16816(part, a, qv.z, qv.w);
+            }
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
+        }
+      }
+      // Softmax over the tile for columns 2 t + i; C element [mb][2 r + i] is token 16 mb + g + 8 r.
+      float corrs[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+          float& x = s[j >> 1][2 * (j & 1) + i];
+          x = tok < n ? x * ksc[j] : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float mn = fmaxf(m[i], mx);  // finite: token 0 of a tile is always valid
+        const float corr = exp2f(m[i] - mn);
+        m[i] = mn;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+          const float pr = exp2f(s[j >> 1][2 * (j & 1) + i] - mn);  // 0 for padding rows
+          sum += pr;
+          ps[warp][tok][2 * t + i] = pr * vsc[j];
+        }
+        lsum[i] = lsum[i] * corr + sum;
+        corrs[i] = corr;
+        if (want_pages) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+          float c1, c2;
+          merge_ml(pm[i], pl[i], mn, sum, c1, c2);
+        }
+      }
+      __syncwarp();
+      // O^T += V^T P^T over the tile's two 16-token k-steps; lane (g, t) takes tokens t + 4 j, j = 0..3, of
+      // a step and output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is
+      // summed on the tensor cores from zero and added to the running output in fp32 with the tile's
+      // rescale: tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
+      const int steps = n > 16 ? 2 : 1;  // warp-uniform
+      uint32_t b_hi[2][2], b_lo[2][2];
+      const uint8_t* vrow = st_v + t * TG::kVStride;  // token t; token t + 4 j + 16 kt at a fixed offset
+#pragma unroll
+      for (int kt = 0; kt < 2; ++kt) {
+        float pv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pv[j] = ps[warp][16 * kt + t + 4 * j][g];
+        const __half2 h01 = __floats2half2_rn(pv[0], pv[1]), h23 = __floats2half2_rn(pv[2], pv[3]);
+        b_hi[kt][0] = *reinterpret_cast<const uint32_t*>(&h01);
+        b_hi[kt][1] = *reinterpret_cast<const uint32_t*>(&h23);
+        b_lo[kt][0] = pack_half2(pv[0] - __low2float(h01), pv[1] - __high2float(h01));
+        b_lo[kt][1] = pack_half2(pv[2] - __low2float(h23), pv[3] - __high2float(h23));
+      }
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int d = 4 * (8 * k + g);
+        float tmp[2][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < 2; ++kt) {
+          if (kt >= steps) break;
+          uint32_t a0[4], a1[4];  // row blocks 2 k (dims d, d + 1) and 2 k + 1 (dims d + 2, d + 3)
+          if constexpr (kTq3) {
+            uint32_t c[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * TG::kVStride, d);
+            auto pair = [&](int ja, int jb, int e) {
+              return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
+            };
+            a0[0] = pair(0, 1, 0);
+            a0[1] = pair(0, 1, 1);
+            a0[2] = pair(2, 3, 0);
+            a0[3] = pair(2, 3, 1);
+            a1[0] = pair(0, 1, 2);
+            a1[1] = pair(0, 1, 3);
+            a1[2] = pair(2, 3, 2);
+            a1[3] = pair(2, 3, 3);
+          } else {
+            uint32_t w[4];  // padding rows may hold NaN codes: zero them (their P is 0)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              w[j] = 16 * kt + t + 4 * j < n
+                         ? *reinterpret_cast<const uint32_t*>(vrow + (16 * kt + 4 * j) * TG::kVStride + d)
+                         : 0u;
+            const uint32_t x01 = __byte_perm(w[0], w[1], 0x5140), y01 = __byte_perm(w[0], w[1], 0x7362);
+            const uint32_t x23 = __byte_perm(w[2], w[3], 0x5140), y23 = __byte_perm(w[2], w[3], 0x7362);
+            a0[0] = fp8x2_to_half2(x01);
+            a0[1] = fp8x2_to_half2(x01 >> 16);
+            a0[2] = fp8x2_to_half2(x23);
+            a0[3] = fp8x2_to_half2(x23 >> 16);
+            a1[0] = fp8x2_to_half2(y01);
+            a1[1] = fp8x2_to_half2(y01 >> 16);
+            a1[2] = fp8x2_to_half2(y23);
+            a1[3] = fp8x2_to_half2(y23 >> 16);
+          }
+          mma16816(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
+          mma16816(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
+          mma16816(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
+          mma16816(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
+      }
+      __syncwarp();
+    }
+    if (want_pages) {
+      if (g == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          red_m[warp][2 * t + i] = pm[i];
+          red_l[warp][2 * t + i] = pl[i];
+        }
+      }
+      write_page_stats<kMmaCols>(p, ei, red_m, red_l);
+    }
+  }
+  // Combine the warps through shared memory (red_acc overlays the stages, so wait for every warp).
+  __syncthreads();
+  auto* red_acc = reinterpret_cast<float(*)[kMmaCols][D]>(smem + SM::kStage);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = lsum[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    if (g == 0) {
+      red_m[warp][2 * t + i] = m[i];
+      red_l[warp][2 * t + i] = l;
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      red_acc[warp][2 * t + (c & 1)][4 * (8 * (mb >> 1) + g) + 2 * (mb & 1) + (c >> 1)] = acc[mb][c];
+  write_partials<D, kMmaCols>(p, split, red_m, red_l, red_acc);
 }
 
 // q_rot[b][hq] = R_{kv head} q[b][hq]: signs, FWHT, 1/sqrt(D).
@@ -482,23 +814,41 @@ __global__ void decode_page_score_kernel(StepParams p) {
   }
 }
 
+// FP8 and TQ3 splits run on tensor cores (attend_split_mma, one instance for every group size); BF16
+// splits, the dense baseline, on the FMA path.
+template <int F>
+constexpr bool kOnTensorCores = F != static_cast<int>(codec::PageFormat::kBf16);
+
+// CTAs per SM the register budget is sized for: 3, except FP8 at head_dim 256, whose staged tiles
+// allow only 2 per SM anyway (and which would spill under the budget of 3).
+template <int F, int D>
+constexpr int kMinBlocks = F == static_cast<int>(codec::PageFormat::kFp8) && D == 256 ? 2 : 3;
+
 // One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
 // format per CTA measured slower on an H200 (it takes the register budget of the heaviest path, the
 // TQ3 one, for every CTA) and saved no time per layer.
 template <int F, int D, int GM>
-__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(StepParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kernel(StepParams p) {
   const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
   const int batch = plan_batch(p.plan);
   const int first = offs[F * (batch + 1)], count = offs[F * (batch + 1) + batch] - first;
   if (static_cast<int>(blockIdx.x) >= count) return;
   extern __shared__ __align__(16) uint8_t smem[];
-  attend_split<F, D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
+  if constexpr (kOnTensorCores<F>)
+    attend_split_mma<F, D>(p, first + static_cast<int>(blockIdx.x), smem);
+  else
+    attend_split<F, D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
 }
 
 template <int F, int D, int GM>
 void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
   if (max_splits == 0) return;
-  constexpr size_t bytes = SplitSmem<F, D, GM>::kBytes;
+  constexpr size_t bytes = [] {
+    if constexpr (kOnTensorCores<F>)
+      return MmaSmem<F, D>::kBytes;
+    else
+      return SplitSmem<F, D, GM>::kBytes;
+  }();
   static const bool configured = [] {
     check(cudaFuncSetAttribute(decode_split_kernel<F, D, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
@@ -512,8 +862,8 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
 template <int D, int GM>
 void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStream_t exact_st, cudaStream_t tq3_st) {
   launch_format<0, D, GM>(p, splits[0], exact_st);
-  launch_format<1, D, GM>(p, splits[1], exact_st);
-  launch_format<2, D, GM>(p, splits[2], tq3_st);
+  launch_format<1, D, kMmaCols>(p, splits[1], exact_st);
+  launch_format<2, D, kMmaCols>(p, splits[2], tq3_st);
 }
 
 // Grids: `batch` rows for the rotation (steps that read TQ3) and the merge, splits[f] CTAs (per KV head)

@@ -54,18 +54,6 @@ struct PrefillSmem {
   static constexpr size_t kBytes = kLevels + sizeof(float) * 8;
 };
 
-__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // Eight consecutive elements of one K or V row, decoded to fp16 (before the row's scale).
 template <int F>
 __device__ inline void decode8(const uint8_t* row, int c, const float* levels, __half (&x)[8]) {

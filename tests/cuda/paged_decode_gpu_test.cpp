@@ -108,8 +108,14 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
       r.score_err = std::max(r.score_err, testing::page_score_error(rp, ref.page_mass, 1, q_heads));
     }
   }
-  EXPECT_LE(r.gpu_vs_ref, 2e-5) << "GPU vs fp64 reference";
-  EXPECT_LE(r.gpu_vs_cpu, 2e-5) << "GPU vs CPU mixed kernel";
+  // FP8 and TQ3 splits run on tensor cores: their operands are exact (fp16 codes; the query and the
+  // probabilities as hi + lo fp16 terms), but an MMA's sum is truncated, not rounded to nearest, so the
+  // output sits 1-2.2e-5 from the fp64 reference over splits of up to 2,048 tokens (measured on an
+  // H200; the CPU's fp32 kernel: about 3.5e-6). The prefill kernel, with single fp16 probabilities, is
+  // held to 3e-3.
+  constexpr double kTol = 4e-5;
+  EXPECT_LE(r.gpu_vs_ref, kTol) << "GPU vs fp64 reference";
+  EXPECT_LE(r.gpu_vs_cpu, kTol) << "GPU vs CPU mixed kernel";
   if (scores) {
     EXPECT_LE(r.score_err, 1e-5) << "page scores vs the fp64 collector";
     EXPECT_LE(r.device_score_err, 1e-6) << "device page scores vs attention::page_scores";
