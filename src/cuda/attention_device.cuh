@@ -83,16 +83,6 @@ __device__ inline float load_meta(const uint8_t* p) {
   }
 }
 
-__device__ inline void fp8x4_to_float(uint32_t w, float* x) {
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const auto pair = static_cast<__nv_fp8x2_storage_t>((w >> (16 * j)) & 0xffffu);
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    x[2 * j] = __half2float(__half(__half_raw{h.x}));
-    x[2 * j + 1] = __half2float(__half(__half_raw{h.y}));
-  }
-}
-
 // D += A B for one m16n8k16 tile: fp16 A (16 x 16, row-major fragments) and B (16 x 8), fp32 C/D.
 __device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

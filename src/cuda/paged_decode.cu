@@ -61,56 +61,22 @@ struct TileGeom {
   static constexpr int kWarpBytes = kTile * (kKStride + kVStride);
 };
 
-// s[g] = <q_g, K row> (before the row's scale) for one staged row; one lane per token.
-template <int F, int D, int GM>
-__device__ inline void qk_row(const uint8_t* row, const float* qs, const float* levels, float (&s)[GM]) {
+// s[g] = <q_g, K row> for one staged BF16 row; one lane per token.
+template <int D, int GM>
+__device__ inline void qk_row_bf16(const uint8_t* row, const float* qs, float (&s)[GM]) {
 #pragma unroll
   for (int g = 0; g < GM; ++g) s[g] = 0.0f;
-  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
 #pragma unroll 4
-    for (int b = 0; b < 2 * D; b += 16) {
-      const uint4 w = *reinterpret_cast<const uint4*>(row + b);
-      const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-      float x[8];
+  for (int b = 0; b < 2 * D; b += 16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(row + b);
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    float x[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        x[2 * i] = __uint_as_float(ws[i] << 16);
-        x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
-      }
-      dot_chunk<GM>(qs, D, b / 2, x, s);
+    for (int i = 0; i < 4; ++i) {
+      x[2 * i] = __uint_as_float(ws[i] << 16);
+      x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
     }
-  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
-#pragma unroll 4
-    for (int b = 0; b < D; b += 16) {
-      const uint4 w = *reinterpret_cast<const uint4*>(row + b);
-      float x[16];
-      fp8x4_to_float(w.x, x);
-      fp8x4_to_float(w.y, x + 4);
-      fp8x4_to_float(w.z, x + 8);
-      fp8x4_to_float(w.w, x + 12);
-      dot_chunk<GM>(qs, D, b, x, s);
-    }
-  } else {
-    // 64 codes = 24 bytes = six 32-bit words (staged rows are 8-byte aligned).
-#pragma unroll
-    for (int c = 0; c < D; c += 64) {
-      uint32_t words[6];
-#pragma unroll
-      for (int i = 0; i < 6; i += 2) {
-        const uint2 w = *reinterpret_cast<const uint2*>(row + 3 * c / 8 + 4 * i);
-        words[i] = w.x;
-        words[i + 1] = w.y;
-      }
-#pragma unroll
-      for (int grp = 0; grp < 8; ++grp) {
-        const int bit = 24 * grp, wi = bit >> 5, sh = bit & 31;
-        const uint32_t v = __funnelshift_r(words[wi], words[wi + 1 < 6 ? wi + 1 : wi], sh);
-        float x[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) x[j] = levels[(v >> (3 * j)) & 7u];
-        dot_chunk<GM>(qs, D, c + 8 * grp, x, s);
-      }
-    }
+    dot_chunk<GM>(qs, D, b / 2, x, s);
   }
 }
 
@@ -129,51 +95,28 @@ __device__ inline void stage_tile(const uint8_t* k_rows, const uint8_t* v_rows, 
   __pipeline_commit();
 }
 
-// The E = D / 32 elements [E lane, E lane + E) of one V row, decoded (scale applied by the caller).
-template <int F, int D>
-__device__ inline void load_v_slice(const uint8_t* row, int lane, const float* levels, float (&x)[D / 32]) {
+// The E = D / 32 elements [E lane, E lane + E) of one staged BF16 V row.
+template <int D>
+__device__ inline void load_v_slice_bf16(const uint8_t* row, int lane, float (&x)[D / 32]) {
   constexpr int E = D / 32;
-  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
-    uint32_t ws[E / 2];
-    if constexpr (E == 8) {
-      const uint4 w = *reinterpret_cast<const uint4*>(row + 16 * lane);
-      ws[0] = w.x;
-      ws[1] = w.y;
-      ws[2] = w.z;
-      ws[3] = w.w;
-    } else if constexpr (E == 4) {
-      const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
-      ws[0] = w.x;
-      ws[1] = w.y;
-    } else {
-      ws[0] = *reinterpret_cast<const uint32_t*>(row + 4 * lane);
-    }
-#pragma unroll
-    for (int i = 0; i < E / 2; ++i) {
-      x[2 * i] = __uint_as_float(ws[i] << 16);
-      x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
-    }
-  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
-    if constexpr (E == 8) {
-      const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
-      fp8x4_to_float(w.x, x);
-      fp8x4_to_float(w.y, x + 4);
-    } else if constexpr (E == 4) {
-      fp8x4_to_float(*reinterpret_cast<const uint32_t*>(row + 4 * lane), x);
-    } else {
-      float t[4];
-      fp8x4_to_float(*reinterpret_cast<const uint16_t*>(row + 2 * lane), t);
-      x[0] = t[0];
-      x[1] = t[1];
-    }
+  uint32_t ws[E / 2];
+  if constexpr (E == 8) {
+    const uint4 w = *reinterpret_cast<const uint4*>(row + 16 * lane);
+    ws[0] = w.x;
+    ws[1] = w.y;
+    ws[2] = w.z;
+    ws[3] = w.w;
+  } else if constexpr (E == 4) {
+    const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
+    ws[0] = w.x;
+    ws[1] = w.y;
   } else {
-    const int bit = 3 * E * lane;
-    const uint8_t* p = row + (bit >> 3);
-    uint32_t w = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
-    if constexpr (E == 8) w |= static_cast<uint32_t>(p[2]) << 16;
-    w >>= (bit & 7);
+    ws[0] = *reinterpret_cast<const uint32_t*>(row + 4 * lane);
+  }
 #pragma unroll
-    for (int j = 0; j < E; ++j) x[j] = levels[(w >> (3 * j)) & 7u];
+  for (int i = 0; i < E / 2; ++i) {
+    x[2 * i] = __uint_as_float(ws[i] << 16);
+    x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
   }
 }
 
@@ -231,46 +174,46 @@ __device__ inline void write_partials(const StepParams& p, int split, const floa
   }
 }
 
-// Dynamic shared memory of the split kernel: [qs | ps | red_m | red_l | levels | stage or red_acc].
-template <int F, int D, int GM>
+constexpr int kBf16 = static_cast<int>(codec::PageFormat::kBf16);
+
+// Dynamic shared memory of the BF16 split body: [qs | ps | red_m | red_l | stage or red_acc].
+template <int D, int GM>
 struct SplitSmem {
   static constexpr size_t kQs = 0;
   static constexpr size_t kPs = kQs + sizeof(float) * GM * D;
   static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * kTile * GM;
   static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * GM;
-  static constexpr size_t kLevels = kRedL + sizeof(float) * kWarps * GM;
-  static constexpr size_t kStage = (kLevels + sizeof(float) * 8 + 15) / 16 * 16;
-  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * TileGeom<F, D>::kWarpBytes;
+  static constexpr size_t kStage = (kRedL + sizeof(float) * kWarps * GM + 15) / 16 * 16;
+  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * TileGeom<kBf16, D>::kWarpBytes;
   static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * GM * D;
   static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
 };
 
-// One split of format F for KV head blockIdx.y; all query heads of the GQA group. Per warp: tiles of 32
-// tokens whose K and V rows are copied to shared memory asynchronously in one round trip; QK with one
-// lane per token; the tile's max and one rescale per tile (base-2 exponentials, so the natural-log
-// partials are m * ln 2); PV with each lane owning D / 32 output elements.
-template <int F, int D, int GM>
-__device__ __forceinline__ void attend_split(const StepParams& p, int split, uint8_t* smem) {
-  using SM = SplitSmem<F, D, GM>;
+// One BF16 split (the dense baseline) for KV head blockIdx.y; all query heads of the GQA group, in fp32
+// FMAs. Per warp: tiles of 32 tokens whose K and V rows are copied to shared memory asynchronously in
+// one round trip; QK with one lane per token; the tile's max and one rescale per tile (base-2
+// exponentials, so the natural-log partials are m * ln 2); PV with each lane owning D / 32 output
+// elements.
+template <int D, int GM>
+__device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split, uint8_t* smem) {
+  constexpr int F = kBf16;
+  using SM = SplitSmem<D, GM>;
   using TG = TileGeom<F, D>;
   constexpr int E = D / 32;
   float* qs = reinterpret_cast<float*>(smem + SM::kQs);
   auto* ps = reinterpret_cast<float(*)[kTile][GM]>(smem + SM::kPs);
   auto* red_m = reinterpret_cast<float(*)[GM]>(smem + SM::kRedM);
   auto* red_l = reinterpret_cast<float(*)[GM]>(smem + SM::kRedL);
-  float* levels = reinterpret_cast<float*>(smem + SM::kLevels);
   const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint8_t* stage = smem + SM::kStage + static_cast<size_t>(warp) * TG::kWarpBytes;
   const uint8_t* st_k = stage;
   const uint8_t* st_v = stage + kTile * TG::kKStride;
-  if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(static_cast<int>(threadIdx.x));
   const int G = p.group;
-  const float* qsrc = F == static_cast<int>(codec::PageFormat::kTq3) ? p.q_rot : p.q;
   const size_t qbase = (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
   const float qscale = p.scale * kLog2e;
-  for (int i = threadIdx.x; i < GM * D; i += kThreads) qs[i] = i / D < G ? qsrc[qbase + i] * qscale : 0.0f;
+  for (int i = threadIdx.x; i < GM * D; i += kThreads) qs[i] = i / D < G ? p.q[qbase + i] * qscale : 0.0f;
   __syncthreads();
   const DeviceLayout L = p.pools.layout[F];
   const uint8_t* base = p.pools.base[F];
@@ -314,7 +257,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       __syncwarp();
       float s[GM];
       if (valid) {
-        qk_row<F, D, GM>(st_k + lane * TG::kKStride, qs, levels, s);
+        qk_row_bf16<D, GM>(st_k + lane * TG::kKStride, qs, s);
 #pragma unroll
         for (int g = 0; g < GM; ++g) s[g] *= ks;
       } else {
@@ -340,7 +283,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 #pragma unroll 4
       for (int j = 0; j < n; ++j) {
         float vx[E];
-        load_v_slice<F, D>(st_v + j * TG::kVStride, lane, levels, vx);
+        load_v_slice_bf16<D>(st_v + j * TG::kVStride, lane, vx);
 #pragma unroll
         for (int g = 0; g < GM; ++g) {
           const float pj = ps[warp][j][g];
@@ -379,7 +322,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 
 // ---- The tensor-core split body, for FP8 and TQ3 pages ----
 //
-// Per warp and 32-token tile, with the same plan, staging and partials as attend_split:
+// Per warp and 32-token tile, with the same plan, staging and partials as attend_split_bf16:
 //   S = K Q^T on fp16 m16n8k16 tiles: rows are tokens (two blocks of 16), the 8 columns the group's
 //   query heads (G <= 8; the rest zero). K codes are exact in fp16 (E4M3 values; TQ3 levels are fp16
 //   values by construction, docs/formats.md); the query enters as hi + lo fp16 terms, two MMAs per
@@ -483,7 +426,7 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
   const bool want_pages = p.page_m != nullptr;
-  int tiles_before = 0;  // tiles dealt round-robin across the split's pages, as in attend_split
+  int tiles_before = 0;  // tiles dealt round-robin across the split's pages, as in attend_split_bf16
   for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
     const PlanEntry en = entries[ei];
     const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
@@ -837,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kerne
   if constexpr (kOnTensorCores<F>)
     attend_split_mma<F, D>(p, first + static_cast<int>(blockIdx.x), smem);
   else
-    attend_split<F, D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
+    attend_split_bf16<D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
 }
 
 template <int F, int D, int GM>
@@ -847,7 +790,7 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
     if constexpr (kOnTensorCores<F>)
       return MmaSmem<F, D>::kBytes;
     else
-      return SplitSmem<F, D, GM>::kBytes;
+      return SplitSmem<D, GM>::kBytes;
   }();
   static const bool configured = [] {
     check(cudaFuncSetAttribute(decode_split_kernel<F, D, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
