@@ -204,7 +204,7 @@ LayerInput layer_input(const cache::KvStore& store, const cache::PinnedSequence&
   for (int f = 0; f < codec::kNumPageFormats; ++f) in.layouts[f] = &store.pool(static_cast<PageFormat>(f)).layout();
   const auto& rows = pin.rows();
   for (size_t i = 0; i < rows.size(); ++i) {
-    const cache::PageEntry e = rows[i][layer];
+    const cache::PageEntry e = rows.at(i, layer);
     const bool last = i + 1 == rows.size();
     in.pages.push_back({e.format, pin.bytes(e).data(),
                         last ? pin.last_page_fill() : static_cast<uint32_t>(g.tokens_per_page),

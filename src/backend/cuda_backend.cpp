@@ -387,7 +387,7 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
     const uint32_t last = s.first + static_cast<uint32_t>(s.n) - 1;
     cuda::PrefillSeq p{s.row, s.n, s.first, {}};
     for (uint32_t pg = 0; pg <= last / B; ++pg) {
-      const cache::PageEntry e = rows[pg][layer];
+      const cache::PageEntry e = rows.at(pg, layer);
       p.pages.push_back({e.format, e.id, pg == last / B ? last % B + 1 : B});
     }
     ps.push_back(std::move(p));
@@ -443,7 +443,7 @@ const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int laye
     key.rows.push_back({s.seq, s.first, s.n});
     const auto& rows = pins.back().rows();
     pages_seen.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
-    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows[p][layer].format);
+    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows.at(p, layer).format);
   }
   phase.reset();
   phase.emplace(profile_, "att plan");
@@ -455,7 +455,7 @@ const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int laye
       const size_t pos = seqs[i].first, npages = pos / B + 1;
       std::vector<cuda::PageRef> refs(npages);
       for (size_t p = 0; p < npages; ++p) {
-        const cache::PageEntry e = rows[p][layer];
+        const cache::PageEntry e = rows.at(p, layer);
         refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
       }
       items.push_back(std::move(refs));
@@ -464,7 +464,7 @@ const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int laye
     plan_ = cuda::make_decode_plan(items, shape, 0, page_scores);
     plan_key_ = std::move(key);
   } else {
-    for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows()[e.logical][layer].id;
+    for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows().at(e.logical, layer).id;
   }
   return plan_;
 }

@@ -47,9 +47,7 @@ PinnedSequence::PinnedSequence(PinnedSequence&& o) noexcept
       pin_id_(o.pin_id_),
       length_(o.length_),
       last_fill_(o.last_fill_),
-      rows_(std::move(o.rows_)),
-      views_(std::move(o.views_)),
-      only_layer_(o.only_layer_) {
+      rows_(std::move(o.rows_)) {
   o.pin_id_ = 0;
 }
 
@@ -57,10 +55,21 @@ PinnedSequence::~PinnedSequence() {
   if (pin_id_ != 0) store_->unpin(pin_id_);
 }
 
-const CompactLayerView& PinnedSequence::layer(int l) const {
-  if (only_layer_ >= 0 && l != only_layer_)
-    throw InvalidArgument("PinnedSequence::layer: only layer " + std::to_string(only_layer_) + " is pinned");
-  return views_.at(static_cast<size_t>(l));
+void PinnedRows::throw_out_of_range(size_t page, int layer) const {
+  throw InvalidArgument("PinnedRows::at: page " + std::to_string(page) + " of " + std::to_string(size()) +
+                        ", layer " + std::to_string(layer) + " (the pin holds layers " + std::to_string(first_layer_) +
+                        ".." + std::to_string(first_layer_ + static_cast<int>(layers_) - 1) + ")");
+}
+
+CompactLayerView PinnedSequence::layer(int l) const {
+  if (!rows_.holds(l)) throw InvalidArgument("PinnedSequence::layer: layer " + std::to_string(l) + " is not pinned");
+  CompactLayerView v;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const PageEntry e = rows_.at(i, l);
+    v.ids[static_cast<int>(e.format)].push_back(e.id);
+    v.logical[static_cast<int>(e.format)].push_back(static_cast<uint32_t>(i));
+  }
+  return v;
 }
 
 std::span<const uint8_t> PinnedSequence::bytes(PageEntry e) const {
@@ -707,25 +716,18 @@ PinnedSequence KvStore::pin(SeqId seq, int only_layer) const {
   PinnedSequence p(this);
   p.length_ = s.tokens.size();
   p.last_fill_ = s.rows.empty() ? 0 : s.rows.back().filled;
-  p.views_.resize(cfg_.layers);
-  p.only_layer_ = only_layer;
+  // A layer pin copies and references only its layer: a decode step pins every layer of every
+  // sequence once, so copying the whole block table each time would cost layers times as much.
   const int l0 = only_layer >= 0 ? only_layer : 0, l1 = only_layer >= 0 ? only_layer + 1 : cfg_.layers;
-  std::vector<PageEntry> pinned;
-  pinned.reserve(s.rows.size() * static_cast<size_t>(l1 - l0));
-  p.rows_.layers_ = static_cast<size_t>(cfg_.layers);
-  p.rows_.flat_.reserve(s.rows.size() * p.rows_.layers_);
-  for (size_t i = 0; i < s.rows.size(); ++i) {
-    p.rows_.flat_.insert(p.rows_.flat_.end(), s.rows[i].layers.begin(), s.rows[i].layers.end());
-    for (int l = l0; l < l1; ++l) {
-      const PageEntry e = s.rows[i].layers[l];
-      const_cast<KvStore*>(this)->pool_mut(e.format).add_ref(e.id, RefKind::kReader);
-      pinned.push_back(e);
-      p.views_[l].ids[static_cast<int>(e.format)].push_back(e.id);
-      p.views_[l].logical[static_cast<int>(e.format)].push_back(static_cast<uint32_t>(i));
-    }
-  }
+  p.rows_.first_layer_ = l0;
+  p.rows_.layers_ = static_cast<size_t>(l1 - l0);
+  auto& flat = p.rows_.flat_;
+  flat.reserve(s.rows.size() * p.rows_.layers_);
+  for (const Row& r : s.rows) flat.insert(flat.end(), r.layers.begin() + l0, r.layers.begin() + l1);
+  auto* self = const_cast<KvStore*>(this);
+  for (const PageEntry& e : flat) self->pool_mut(e.format).add_ref(e.id, RefKind::kReader);
   p.pin_id_ = next_pin_++;
-  pins_.emplace(p.pin_id_, std::move(pinned));
+  pins_.emplace(p.pin_id_, flat);
   return p;
 }
 

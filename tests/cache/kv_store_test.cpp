@@ -309,10 +309,15 @@ TEST(KvStore, PinOfOneLayerHoldsOnlyThatLayersPages) {
   {
     const auto pin = st.pin(s, 1);
     EXPECT_EQ(pin.rows().size(), 3u);
-    for (const auto& row : pin.rows()) {
-      EXPECT_EQ(st.refs(row[0])[reader], 0u);
-      EXPECT_EQ(st.refs(row[1])[reader], 1u);
+    const auto table = st.block_table(s);
+    for (size_t i = 0; i < pin.rows().size(); ++i) {
+      EXPECT_EQ(pin.rows()[i].size(), 1u);  // only the pinned layer is copied
+      EXPECT_EQ(pin.rows().at(i, 1), table[i].layers[1]);
+      EXPECT_EQ(st.refs(pin.rows().at(i, 1))[reader], 1u);
+      EXPECT_EQ(st.refs(table[i].layers[0])[reader], 0u);
     }
+    EXPECT_THROW((void)pin.rows().at(0, 0), InvalidArgument);
+    EXPECT_THROW((void)pin.rows().at(3, 1), InvalidArgument);
     EXPECT_EQ(pin.layer(1).ids[static_cast<int>(PageFormat::kFp8)].size(), 3u);
     EXPECT_THROW(pin.layer(0), InvalidArgument);
     st.check_invariants();

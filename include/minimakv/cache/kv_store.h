@@ -107,13 +107,20 @@ struct CompactLayerView {
 
 class KvStore;
 
-// The block table a pin took: [logical page][layer] in one allocation, row i a span of `layers` entries.
+// The block table a pin took, in one allocation: for each logical page the entries of the layers the
+// pin holds (every layer, or the one layer of a layer pin). at(page, layer) takes a layer number and
+// throws for a layer the pin does not hold; row i (operator[]) spans the held layers only.
 class PinnedRows {
  public:
   size_t size() const { return layers_ ? flat_.size() / layers_ : 0; }
   bool empty() const { return flat_.empty(); }
   std::span<const PageEntry> operator[](size_t i) const { return {flat_.data() + i * layers_, layers_}; }
   std::span<const PageEntry> back() const { return (*this)[size() - 1]; }
+  bool holds(int layer) const { return layer >= first_layer_ && static_cast<size_t>(layer - first_layer_) < layers_; }
+  PageEntry at(size_t page, int layer) const {
+    if (!holds(layer) || page >= size()) throw_out_of_range(page, layer);
+    return flat_[page * layers_ + static_cast<size_t>(layer - first_layer_)];
+  }
   class iterator {
    public:
     iterator(const PinnedRows* t, size_t i) : t_(t), i_(i) {}
@@ -133,11 +140,14 @@ class PinnedRows {
 
  private:
   friend class KvStore;
+  [[noreturn]] void throw_out_of_range(size_t page, int layer) const;
   std::vector<PageEntry> flat_;
   size_t layers_ = 0;
+  int first_layer_ = 0;
 };
 
-// Reader pin on every layer-page of a sequence, taken at pin time; released on destruction.
+// Reader pin on the layer-pages of a sequence (every layer, or one), taken at pin time; released on
+// destruction.
 class PinnedSequence {
  public:
   PinnedSequence(PinnedSequence&& o) noexcept;
@@ -145,8 +155,9 @@ class PinnedSequence {
   ~PinnedSequence();
   size_t length() const { return length_; }
   uint32_t last_page_fill() const { return last_fill_; }
-  const PinnedRows& rows() const { return rows_; }  // [logical page][layer]
-  const CompactLayerView& layer(int l) const;
+  const PinnedRows& rows() const { return rows_; }  // [logical page][held layer]; at(page, layer)
+  // The pinned pages of layer l grouped by format (throws for a layer the pin does not hold).
+  CompactLayerView layer(int l) const;
   std::span<const uint8_t> bytes(PageEntry e) const;
 
  private:
@@ -157,8 +168,6 @@ class PinnedSequence {
   size_t length_ = 0;
   uint32_t last_fill_ = 0;
   PinnedRows rows_;
-  std::vector<CompactLayerView> views_;
-  int only_layer_ = -1;
 };
 
 class KvStore {
@@ -229,8 +238,8 @@ class KvStore {
 
   // ---- readers
   // Pins every layer-page of the sequence, or with only_layer >= 0 just that layer's pages (rows() then
-  // still lists every layer's entries, but only that layer's pages are safe to read, and layer() is
-  // built for it alone): a per-layer reader such as the GPU attention needs no more.
+  // holds that layer's entries alone: a per-layer reader such as the GPU attention needs no more, and a
+  // decode step that pins each layer of each sequence copies each block-table entry once).
   PinnedSequence pin(SeqId seq, int only_layer = -1) const;
 
   // ---- prefix cache
