@@ -43,11 +43,7 @@ double Accounting::bytes_per_live_token() const {
 // ------------------------------------------------------------------ PinnedSequence
 
 PinnedSequence::PinnedSequence(PinnedSequence&& o) noexcept
-    : store_(o.store_),
-      pin_id_(o.pin_id_),
-      length_(o.length_),
-      last_fill_(o.last_fill_),
-      rows_(std::move(o.rows_)) {
+    : store_(o.store_), pin_id_(o.pin_id_), length_(o.length_), last_fill_(o.last_fill_), rows_(std::move(o.rows_)) {
   o.pin_id_ = 0;
 }
 
@@ -56,9 +52,9 @@ PinnedSequence::~PinnedSequence() {
 }
 
 void PinnedRows::throw_out_of_range(size_t page, int layer) const {
-  throw InvalidArgument("PinnedRows::at: page " + std::to_string(page) + " of " + std::to_string(size()) +
-                        ", layer " + std::to_string(layer) + " (the pin holds layers " + std::to_string(first_layer_) +
-                        ".." + std::to_string(first_layer_ + static_cast<int>(layers_) - 1) + ")");
+  throw InvalidArgument("PinnedRows::at: page " + std::to_string(page) + " of " + std::to_string(size()) + ", layer " +
+                        std::to_string(layer) + " (the pin holds layers " + std::to_string(first_layer_) + ".." +
+                        std::to_string(first_layer_ + static_cast<int>(layers_) - 1) + ")");
 }
 
 CompactLayerView PinnedSequence::layer(int l) const {
