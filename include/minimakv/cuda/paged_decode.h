@@ -4,10 +4,12 @@
 // launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation (steps that
 // read TQ3), (2) per format, one CTA per (split, KV head) reads its pages in that stored format (BF16,
 // FP8 or TQ3; all query heads of the GQA group reuse each loaded K/V tile) and writes a normalised
-// partial (m, l, O) per query head, TQ3 partials in the rotated domain; the exact formats run on a side
-// stream beside (1) and TQ3, (3) a merge per (sequence, query head) combines every partial under one
-// softmax and applies one inverse rotation to the TQ3 share.
-// Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). fp32 accumulation.
+// partial (m, l, O) per query head, TQ3 partials in the rotated domain; BF16 in fp32 FMAs, FP8 and TQ3
+// on fp16 tensor cores (codes exact in fp16, the query and the probabilities as hi + lo terms); the
+// exact formats run on a side stream beside (1) and TQ3, (3) a merge per (sequence, query head)
+// combines every partial under one softmax and applies one inverse rotation to the TQ3 share.
+// Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). Running sums in
+// fp32.
 // Graph contract: stage() writes the plan into pinned host memory only; launch() copies it to the device
 // and runs the kernels with no host synchronisation or allocation, so launch() can be captured in a CUDA
 // graph once and replayed after later stage() calls (same DecodeWorkspace, same pointers).
