@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
       throw std::invalid_argument("rope: shape mismatch");
     // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
     const uint32_t* d = nullptr;
-    if (mode_ == Mode::kCapture || mode_ == Mode::kReplay) {
+    if (on_graph()) {
       if (!step_positions_written_) graph_input(step_positions_, 0, std::span<const uint32_t>(pos), positions_);
       step_positions_written_ = true;
       d = step_positions_.write(0, {});
@@ -235,6 +235,8 @@ class CudaBackend final : public Backend {
   void next_segment();
   void launch_segment(size_t i);
   bool replaying() const { return mode_ == Mode::kReplay; }
+  // The pass's launches go into (or come from) graphs, its inputs through the step buffers.
+  bool on_graph() const { return mode_ == Mode::kCapture || mode_ == Mode::kReplay; }
   // Everything a captured step's launches depend on besides the step buffers (covered by epoch_).
   struct StepKey {
     int rows = 0;
@@ -248,7 +250,7 @@ class CudaBackend final : public Backend {
   // capture queues the copy), else through the eager scratch. Returns the device address.
   template <typename T>
   const T* graph_input(StepInput<T>& in, size_t at, std::span<const T> host, DeviceScratch<T>& eager) {
-    if (mode_ != Mode::kCapture && mode_ != Mode::kReplay) return eager.write(host, stream_->s);
+    if (!on_graph()) return eager.write(host, stream_->s);
     T* d = in.write(at, host);
     if (mode_ == Mode::kCapture) in.upload(at, host.size(), stream_->s);
     return d;
@@ -503,7 +505,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
   std::vector<size_t> pages_seen;           // per sequence: the pages its last row sees
   const cuda::DecodePlan& plan = decode_plan(store, layer, seqs, q_heads, page_scores != nullptr, pins, pages_seen);
-  if (mode_ == Mode::kCapture || mode_ == Mode::kReplay) {
+  if (on_graph()) {
     // Each layer stages into its own workspace: the graph copies every layer's plan when it runs.
     cuda::DecodeWorkspace& ws = *layer_ws_.at(static_cast<size_t>(layer));
     if (ws.shape().q_heads != q_heads) throw std::logic_error("attention: a captured step changed its head count");
@@ -624,7 +626,7 @@ void CudaBackend::end_forward(bool completed) {
       segments_[segment_].end_capture(stream_->s, false);
       graph_ready_ = false;
     }
-    if (mode == Mode::kRecord || mode == Mode::kCapture || mode == Mode::kReplay) recorded_key_ = {};
+    if (mode != Mode::kEager) recorded_key_ = {};
     return;
   }
   if ((mode == Mode::kCapture || mode == Mode::kReplay) && segment_ + 1 != segments_.size()) {

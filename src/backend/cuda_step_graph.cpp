@@ -17,10 +17,8 @@ float* StepArena::take(size_t n) {
   return reinterpret_cast<float*>(buf_.get() + at);
 }
 
-bool StepArena::grow_to_peak() {
-  if (peak_ <= buf_.size()) return false;
-  buf_ = cuda::DeviceArray<uint8_t>(peak_);
-  return true;
+void StepArena::grow_to_peak() {
+  if (peak_ > buf_.size()) buf_ = cuda::DeviceArray<uint8_t>(peak_);
 }
 
 void StepGraph::begin_capture(cudaStream_t s) {

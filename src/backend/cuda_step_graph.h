@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <stdexcept>
@@ -30,8 +31,8 @@ class StepArena {
   float* take(size_t n);
   size_t capacity_bytes() const { return buf_.size(); }
   size_t peak_bytes() const { return peak_; }
-  // Grows to the peak seen (call with no kernel reading the arena). True when it reallocated.
-  bool grow_to_peak();
+  // Grows to the peak seen (call with no kernel reading the arena).
+  void grow_to_peak();
 
  private:
   cuda::DeviceArray<uint8_t> buf_;
@@ -51,7 +52,7 @@ class StepInput {
   // Writes values at `at` into the pinned buffer; returns their device address.
   T* write(size_t at, std::span<const T> values) {
     if (at + values.size() > host_.size()) throw std::logic_error("StepInput: write beyond the capacity");
-    for (size_t i = 0; i < values.size(); ++i) host_[at + i] = values[i];
+    std::copy(values.begin(), values.end(), host_.get() + at);
     return dev_.get() + at;
   }
   // Queues the copy of [at, at + n) from the pinned buffer to the device.
@@ -82,7 +83,6 @@ class StepGraph {
   // Ends the capture started on `s`; with keep, instantiates the graph (throws on failure), else drops it.
   void end_capture(cudaStream_t s, bool keep);
   void launch(cudaStream_t s) const;
-  bool ready() const { return exec_ != nullptr; }
   void reset();
 
  private:

@@ -723,7 +723,7 @@ PinnedSequence KvStore::pin(SeqId seq, int only_layer) const {
   auto* self = const_cast<KvStore*>(this);
   for (const PageEntry& e : flat) self->pool_mut(e.format).add_ref(e.id, RefKind::kReader);
   p.pin_id_ = next_pin_++;
-  pins_.emplace(p.pin_id_, flat);
+  pins_.emplace(p.pin_id_, std::span<const PageEntry>(flat));
   return p;
 }
 

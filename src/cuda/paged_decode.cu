@@ -174,6 +174,31 @@ __device__ inline void write_partials(const StepParams& p, int split, const floa
   }
 }
 
+// One plan entry's rows for KV head h (K and V codes, K and V row scales) and the end of the token
+// range the split reads of it.
+struct EntryRows {
+  const uint8_t *kc, *vc, *km, *vm;
+  int t_end;
+};
+
+__device__ inline EntryRows entry_rows(const DeviceLayout& L, const uint8_t* base, const PlanEntry& en,
+                                       const PlanSplit& sp, int h) {
+  const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
+  return {page + static_cast<size_t>(h) * L.code_stride, page + L.v_codes + static_cast<size_t>(h) * L.code_stride,
+          page + L.k_meta + static_cast<size_t>(h) * L.meta_stride,
+          page + L.v_meta + static_cast<size_t>(h) * L.meta_stride, min(sp.tok_end, static_cast<int>(en.tokens))};
+}
+
+// The warps take a split's tiles round-robin across its pages, not afresh on each page: a split of
+// short pages (two 64-token pages) then gives every warp one tile instead of two to half the warps.
+// Returns this warp's first tile of an entry whose range ends at t_end; tiles_before counts the
+// split's tiles in the entries before it and is advanced past this one.
+__device__ inline int first_tile(const PlanSplit& sp, int t_end, int warp, int& tiles_before) {
+  const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
+  tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
+  return sp.tok_begin + first * kTile;
+}
+
 constexpr int kBf16 = static_cast<int>(codec::PageFormat::kBf16);
 
 // Dynamic shared memory of the BF16 split body: [qs | ps | red_m | red_l | stage or red_acc].
@@ -227,26 +252,18 @@ __device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
   const bool want_pages = p.page_m != nullptr;
-  // The warps take the split's tiles round-robin across its pages, not afresh on each page: a split of
-  // short pages (two 64-token pages) then gives every warp one tile instead of two to half the warps.
-  int tiles_before = 0;
+  int tiles_before = 0;  // see first_tile
   for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
-    const PlanEntry en = entries[ei];
-    const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
-    const uint8_t* kc = page + static_cast<size_t>(h) * L.code_stride;
-    const uint8_t* vc = page + L.v_codes + static_cast<size_t>(h) * L.code_stride;
-    const uint8_t* km = page + L.k_meta + static_cast<size_t>(h) * L.meta_stride;
-    const uint8_t* vm = page + L.v_meta + static_cast<size_t>(h) * L.meta_stride;
-    const int t_end = min(sp.tok_end, static_cast<int>(en.tokens));
+    const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
+    const uint8_t *kc = er.kc, *vc = er.vc, *km = er.km, *vm = er.vm;
+    const int t_end = er.t_end;
     float pm[GM], pl[GM];
 #pragma unroll
     for (int g = 0; g < GM; ++g) {
       pm[g] = -INFINITY;
       pl[g] = 0.0f;
     }
-    const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
-    tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
-    for (int tile = sp.tok_begin + first * kTile; tile < t_end; tile += kWarps * kTile) {
+    for (int tile = first_tile(sp, t_end, warp, tiles_before); tile < t_end; tile += kWarps * kTile) {
       const int n = min(kTile, t_end - tile);
       stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
       const int t = tile + lane;
@@ -426,19 +443,13 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
   const bool want_pages = p.page_m != nullptr;
-  int tiles_before = 0;  // tiles dealt round-robin across the split's pages, as in attend_split_bf16
+  int tiles_before = 0;  // see first_tile
   for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
-    const PlanEntry en = entries[ei];
-    const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
-    const uint8_t* kc = page + static_cast<size_t>(h) * L.code_stride;
-    const uint8_t* vc = page + L.v_codes + static_cast<size_t>(h) * L.code_stride;
-    const uint8_t* km = page + L.k_meta + static_cast<size_t>(h) * L.meta_stride;
-    const uint8_t* vm = page + L.v_meta + static_cast<size_t>(h) * L.meta_stride;
-    const int t_end = min(sp.tok_end, static_cast<int>(en.tokens));
+    const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
+    const uint8_t *kc = er.kc, *vc = er.vc, *km = er.km, *vm = er.vm;
+    const int t_end = er.t_end;
     float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
-    const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
-    tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
-    for (int tile = sp.tok_begin + first * kTile; tile < t_end; tile += kWarps * kTile) {
+    for (int tile = first_tile(sp, t_end, warp, tiles_before); tile < t_end; tile += kWarps * kTile) {
       const int n = min(kTile, t_end - tile);
       stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
       // Row scales of the tokens of this lane's C rows: 16 mb + g + 8 r at [2 mb + r].

@@ -330,8 +330,10 @@ class KvStore {
   std::unordered_map<uint64_t, std::array<int32_t, 2>> by_hash_;  // [FP8/BF16 copy, Stale copy]
   int32_t lru_head_ = -1, lru_tail_ = -1;                         // head = oldest
   std::array<size_t, codec::kNumPageFormats> cached_pages_{};
-  // reader pins: id -> pinned layer-pages (mutable: pinning is logically const)
-  mutable std::unordered_map<uint64_t, std::vector<PageEntry>> pins_;
+  // Reader pins: id -> the pinned layer-pages, viewed in the pin's own table (a PinnedSequence keeps
+  // that buffer, across moves, until its destructor has called unpin). Mutable: pinning is logically
+  // const.
+  mutable std::unordered_map<uint64_t, std::span<const PageEntry>> pins_;
   mutable uint64_t next_pin_ = 1;
   mutable std::mutex mu_;
   std::mutex apply_mu_;
