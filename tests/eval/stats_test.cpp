@@ -46,8 +46,11 @@ TEST(Stats, BootstrapIntervalsBehave) {
 
 TEST(Stats, NinetyFivePercentIntervalsCoverTheTrueDifference) {
   auto rng = testing::rng_for_test();
+  // The percentile bootstrap covers about 93% here (measured over 60 seeds), a little under nominal
+  // at n = 100. With 1,000 trials the count's standard deviation is about 8, so the bounds below sit
+  // more than 6 deviations from it: a correct interval never fails by chance, a broken one still does.
   int covered = 0;
-  const int trials = 200;
+  const int trials = 1000;
   for (int t = 0; t < trials; ++t) {
     // Correlated pairs: the arm flips 10% of base outcomes down and 5% up; true diff = -0.1*0.7 + 0.05*0.3.
     std::bernoulli_distribution base(0.7), down(0.1), up(0.05);
