@@ -8,6 +8,7 @@
 #include "codec_report.h"
 #include "eval_cmd.h"
 #include "generate_cmd.h"
+#include "kv_stats_cmd.h"
 #include "stress_cmd.h"
 #include "tokenize_cmd.h"
 
@@ -22,6 +23,15 @@ int main(int argc, char** argv) {
   codec->add_option("--vectors", cr.vectors, "vectors per (head_dim, distribution) cell")
       ->check(CLI::Range(64, 1000000));
   codec->add_flag("--json", cr.json, "machine-readable output");
+
+  minimakv::app::KvStatsOptions ks;
+  auto* kvs = app.add_subcommand("kv-stats", "FP8 and TQ3 error on a model's own keys and values");
+  kvs->add_option("--model", ks.model, "model directory (config.json, model.safetensors, tokenizer.json)");
+  kvs->add_option("--data", ks.data, "data directory (corpus/essay.txt)");
+  kvs->add_option("--tokens", ks.tokens, "tokens of essay text to run")->check(CLI::Range(128, 1 << 20));
+  kvs->add_option("--page-size", ks.page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
+  kvs->add_option("--threads", ks.threads, "CPU threads (default: all)");
+  kvs->add_option("--json", ks.json, "write machine-readable results here");
 
   minimakv::app::StressCmdOptions so;
   auto* stress = app.add_subcommand("stress", "randomized model-based simulation of the paged KV store");
@@ -111,6 +121,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (codec->parsed()) return minimakv::app::run_codec_report(cr);
+    if (kvs->parsed()) return minimakv::app::run_kv_stats(ks);
     if (stress->parsed()) return minimakv::app::run_stress_cmd(so);
     if (attn->parsed()) return minimakv::app::run_attn_bench(ab);
     if (tokc->parsed()) return minimakv::app::run_tokenize(tok_model);
