@@ -81,7 +81,7 @@ int run_eval(EvalCmdOptions o) {
   attention::ThreadPool pool(threads);
   const std::string where = model->backend().device() == backend::Device::kCuda
                                 ? "GPU " + model->backend().describe()
-                                : std::to_string(threads) + " CPU threads";
+                                : std::to_string(threads) + " CPU threads (" + model->backend().describe() + ")";
   nlohmann::json j = {{"model", o.model}, {"seed", o.seed},     {"threads", threads},
                       {"quick", o.quick}, {"device", o.device}, {"device_name", model->backend().describe()}};
   std::string md = fmt::format(

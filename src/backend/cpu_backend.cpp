@@ -20,7 +20,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const model::ModelConfig& cfg) : rope_(cfg), head_dim_(static_cast<int>(cfg.head_dim)) {}
 
   Device device() const override { return Device::kCpu; }
-  std::string describe() const override { return "cpu"; }
+  std::string describe() const override { return "cpu, " + gemm_kernels(); }
 
   Tensor alloc(size_t n) override {
     return Tensor(new float[n], n, [](float* p) { delete[] p; });

@@ -1,10 +1,10 @@
 #include "minimakv/backend/cpu_ops.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+
+#include "blas.h"
 
 namespace minimakv::backend {
 
@@ -12,7 +12,11 @@ void matmul(std::span<const float> x, int n, int in, std::span<const float> w, i
   if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
       y.size() != static_cast<size_t>(n) * out)
     throw std::invalid_argument("matmul: shape mismatch");
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out);
+  detail::sgemm_xwt(x.data(), n, in, w.data(), out, y.data());
+}
+
+std::string gemm_kernels() {
+  return "OpenBLAS " + detail::blas_core_name();
 }
 
 void rmsnorm(std::span<float> x, int dim, std::span<const float> weight, float eps) {

@@ -1,10 +1,11 @@
-// CPU operators of the transformer forward pass (fp32): GEMM through OpenBLAS, RMSNorm, rotate-half
-// RoPE (with Llama-3 frequency scaling), SwiGLU, argmax. Shapes are row-major; weights are [out][in] as
-// stored in Hugging Face checkpoints, so y = x W^T.
+// CPU operators of the transformer forward pass (fp32): GEMM through OpenBLAS (loaded at first use, see
+// src/backend/blas.h), RMSNorm, rotate-half RoPE (with Llama-3 frequency scaling), SwiGLU, argmax. Shapes are
+// row-major; weights are [out][in] as stored in Hugging Face checkpoints, so y = x W^T.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "minimakv/model/config.h"
@@ -18,6 +19,8 @@ void rmsnorm(std::span<float> x, int dim, std::span<const float> weight, float e
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(std::span<const float> gate, std::span<const float> up, std::span<float> out);
 int32_t argmax(std::span<const float> x);
+// The GEMM library and kernel set in use, e.g. "OpenBLAS SkylakeX" (loads the library).
+std::string gemm_kernels();
 
 // Rotary embedding tables: inverse frequencies computed in fp32 as transformers does, Llama-3 scaling.
 class Rope {
