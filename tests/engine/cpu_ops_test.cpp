@@ -1,0 +1,59 @@
+// CPU operators: the GEMM (through the run-time loaded OpenBLAS) against an fp64 reference on fresh
+// random shapes, and the kernel set OpenBLAS was given.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "minimakv/backend/cpu_ops.h"
+#include "test_util.h"
+
+namespace minimakv::backend {
+namespace {
+
+TEST(CpuOps, MatmulMatchesFp64Reference) {
+  auto rng = testing::rng_for_test();
+  std::normal_distribution<float> g;
+  std::uniform_int_distribution<int> dim(1, 300);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int n = trial < 3 ? 1 : dim(rng), in = dim(rng), out = dim(rng);  // GEMV shapes too
+    std::vector<float> x(static_cast<size_t>(n) * in), w(static_cast<size_t>(out) * in),
+        y(static_cast<size_t>(n) * out);
+    for (auto& v : x) v = g(rng);
+    for (auto& v : w) v = g(rng);
+    testing::poison(y);
+    matmul(x, n, in, w, out, y);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < out; ++c) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < in; ++k) {
+          ref += static_cast<double>(x[static_cast<size_t>(r) * in + k]) * w[static_cast<size_t>(c) * in + k];
+          mag += std::abs(static_cast<double>(x[static_cast<size_t>(r) * in + k]) * w[static_cast<size_t>(c) * in + k]);
+        }
+        // fp32 accumulation in any order: error bounded by ~in * eps * sum |x_k w_k|.
+        ASSERT_NEAR(y[static_cast<size_t>(r) * out + c], ref, 1e-6 * in * mag + 1e-30)
+            << "n=" << n << " in=" << in << " out=" << out << " at " << r << "," << c;
+      }
+  }
+}
+
+TEST(CpuOps, MatmulRefusesMismatchedShapes) {
+  std::vector<float> x(6), w(6), y(4);
+  EXPECT_THROW(matmul(x, 2, 3, w, 2, std::span<float>(y).first(3)), std::invalid_argument);
+  EXPECT_THROW(matmul(std::span<const float>(x).first(5), 2, 3, w, 2, y), std::invalid_argument);
+}
+
+// Debian 12's OpenBLAS falls back to its SSE3 kernels ("Prescott") on Intel models newer than its
+// table; the backend must have steered it to the kernels the CPU's features allow.
+TEST(CpuOps, OpenBlasUsesTheKernelsTheCpuSupports) {
+  const std::string k = gemm_kernels();
+  EXPECT_EQ(k.rfind("OpenBLAS ", 0), 0u) << k;
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(k, "OpenBLAS Prescott") << "an AVX2 CPU left on the generic SSE3 kernels";
+  }
+}
+
+}  // namespace
+}  // namespace minimakv::backend
