@@ -25,87 +25,117 @@ void axpy(float w, const float* x, float* y, int d) {
   for (int i = 0; i < d; ++i) y[i] += w * x[i];
 }
 
+// Rows of a split: the (query, head) pairs it computes, row r = j * G + g for query j of the block and
+// head g of the GQA group. Every row reads the same K/V rows, so a tile decoded once serves them all:
+// a decode step has one query (G rows), a chunked-prefill block up to kMaxRows / G queries.
+constexpr int kMaxRows = kMaxGroup;
+
 struct SplitOut {
-  float m[kMaxGroup];
-  float l[kMaxGroup];
-  std::vector<float> o;  // [G][d], normalised
+  float m[kMaxRows];
+  float l[kMaxRows];
+  std::vector<float> o;  // [rows][d], normalised
 };
 
-// One (query, KV head, page range): the split's (m, l, O) for the G query heads of the group.
-void run_split(const LayerInput& in, const float* qn, uint32_t limit, int h, size_t p0, size_t p1, float scale,
-               SplitOut& res, float* m_page, float* l_page) {
-  const int d = in.head_dim, G = in.q_heads / in.kv_heads;
-  alignas(64) float q[kMaxGroup][codec::kMaxHeadDim];
-  alignas(64) float qr[kMaxGroup][codec::kMaxHeadDim];
-  alignas(64) float acc[kMaxGroup][codec::kMaxHeadDim];
-  alignas(64) float accr[kMaxGroup][codec::kMaxHeadDim];
+// Queries n0 .. n0 + nq - 1 (query j attends to positions <= first_limit + j), KV head h, pages [p0, p1):
+// the split's (m, l, O) per row. m_page / l_page point at query n0's [page][q_head] partials.
+void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t first_limit, int h, size_t p0, size_t p1,
+               float scale, SplitOut& res, float* m_page, float* l_page) {
+  const int d = in.head_dim, G = in.q_heads / in.kv_heads, R = nq * G;
+  const size_t query_stride = in.pages.size() * static_cast<size_t>(in.q_heads);  // partials of one query
+  alignas(64) float q[kMaxRows][codec::kMaxHeadDim];
+  alignas(64) float qr[kMaxRows][codec::kMaxHeadDim];
+  alignas(64) float acc[kMaxRows][codec::kMaxHeadDim];
+  alignas(64) float accr[kMaxRows][codec::kMaxHeadDim];
   bool any_tq3 = false;
   for (size_t p = p0; p < p1; ++p) any_tq3 |= in.pages[p].format == PageFormat::kTq3;
-  for (int g = 0; g < G; ++g) {
-    for (int i = 0; i < d; ++i) q[g][i] = qn[(h * G + g) * d + i] * scale;
+  for (int r = 0; r < R; ++r) {
+    const float* src = q_block + static_cast<size_t>(r / G) * in.q_heads * d + static_cast<size_t>(h * G + r % G) * d;
+    for (int i = 0; i < d; ++i) q[r][i] = src[i] * scale;
     if (any_tq3) {
-      std::memcpy(qr[g], q[g], sizeof(float) * d);
-      in.rotations[h].forward({qr[g], static_cast<size_t>(d)});  // once per split, not per key
+      std::memcpy(qr[r], q[r], sizeof(float) * d);
+      in.rotations[h].forward({qr[r], static_cast<size_t>(d)});  // once per split, not per key
     }
-    std::fill(acc[g], acc[g] + d, 0.0f);
-    std::fill(accr[g], accr[g] + d, 0.0f);
-    res.m[g] = kNegInf;
-    res.l[g] = 0.0f;
+    std::fill(acc[r], acc[r] + d, 0.0f);
+    std::fill(accr[r], accr[r] + d, 0.0f);
+    res.m[r] = kNegInf;
+    res.l[r] = 0.0f;
   }
+  // Tokens of a page that row r sees: its query's causal limit cuts the page.
+  const auto visible = [&](const PageView& pv, int r) -> uint32_t {
+    const uint32_t limit = first_limit + static_cast<uint32_t>(r / G);
+    return pv.first_position > limit ? 0 : std::min<uint32_t>(pv.tokens, limit - pv.first_position + 1);
+  };
   thread_local std::vector<float> s;
   for (size_t p = p0; p < p1; ++p) {
     const PageView& pv = in.pages[p];
     const codec::PageLayout& L = *in.layouts[static_cast<int>(pv.format)];
-    uint32_t nt = pv.tokens;
-    if (pv.first_position > limit) nt = 0;
-    else nt = std::min<uint32_t>(nt, limit - pv.first_position + 1);
-    float* mp_out = m_page ? m_page + p * in.q_heads + h * G : nullptr;
-    float* lp_out = l_page ? l_page + p * in.q_heads + h * G : nullptr;
-    if (nt == 0) {
-      for (int g = 0; g < G && mp_out; ++g) {
-        mp_out[g] = kNegInf;
-        lp_out[g] = 0.0f;
-      }
-      continue;
-    }
-    s.resize(static_cast<size_t>(G) * nt);
+    const uint32_t nt = visible(pv, R - 1);  // the block's last query sees the most
+    s.resize(static_cast<size_t>(R) * std::max<uint32_t>(nt, 1));
     const bool tq3 = pv.format == PageFormat::kTq3;
-    // Each K row is decoded once for the whole GQA group.
-    detail::page_logits(pv.format, pv.data + L.k_codes(h, 0), L.row_bytes(), pv.data + L.k_meta(h, 0), nt,
-                        tq3 ? qr[0] : q[0], codec::kMaxHeadDim, G, d, s.data());
-    for (int g = 0; g < G; ++g) {
-      float* sg = s.data() + static_cast<size_t>(g) * nt;
+    if (nt > 0) {
+      // Each K row is decoded once for every row of the split.
+      detail::page_logits(pv.format, pv.data + L.k_codes(h, 0), L.row_bytes(), pv.data + L.k_meta(h, 0), nt,
+                          tq3 ? qr[0] : q[0], codec::kMaxHeadDim, R, d, s.data());
+    }
+    for (int r = 0; r < R; ++r) {
+      float* sr = s.data() + static_cast<size_t>(r) * nt;
+      const uint32_t n_r = visible(pv, r);
+      const size_t partial = static_cast<size_t>(r / G) * query_stride + p * in.q_heads + h * G + r % G;
+      if (n_r == 0) {  // fully masked for this row: no mass, and no weight in the accumulation
+        std::fill(sr, sr + nt, 0.0f);
+        if (m_page) {
+          m_page[partial] = kNegInf;
+          l_page[partial] = 0.0f;
+        }
+        continue;
+      }
       float mp = kNegInf;
-      for (uint32_t t = 0; t < nt; ++t) mp = std::max(mp, sg[t]);
-      const float m_new = std::max(res.m[g], mp);
-      const float c_old = res.m[g] == kNegInf ? 0.0f : std::exp(res.m[g] - m_new);
+      for (uint32_t t = 0; t < n_r; ++t) mp = std::max(mp, sr[t]);
+      const float m_new = std::max(res.m[r], mp);
+      const float c_old = res.m[r] == kNegInf ? 0.0f : std::exp(res.m[r] - m_new);
       if (c_old != 1.0f) {
         for (int i = 0; i < d; ++i) {
-          acc[g][i] *= c_old;
-          accr[g][i] *= c_old;
+          acc[r][i] *= c_old;
+          accr[r][i] *= c_old;
         }
       }
-      const float lp = detail::exp_sub_sum(sg, nt, mp);  // the page's own l_p
+      const float lp = detail::exp_sub_sum(sr, n_r, mp);  // the page's own l_p
       const float c_page = std::exp(mp - m_new);
-      for (uint32_t t = 0; t < nt; ++t) sg[t] *= c_page;  // weights relative to the running max
-      res.l[g] = res.l[g] * c_old + lp * c_page;
-      res.m[g] = m_new;
-      if (mp_out) {
-        mp_out[g] = mp;
-        lp_out[g] = lp;
+      for (uint32_t t = 0; t < n_r; ++t) sr[t] *= c_page;  // weights relative to the running max
+      std::fill(sr + n_r, sr + nt, 0.0f);                  // tokens after this row's query
+      res.l[r] = res.l[r] * c_old + lp * c_page;
+      res.m[r] = m_new;
+      if (m_page) {
+        m_page[partial] = mp;
+        l_page[partial] = lp;
       }
     }
-    detail::page_accumulate(pv.format, pv.data + L.v_codes(h, 0), L.row_bytes(), pv.data + L.v_meta(h, 0), nt,
-                            s.data(), G, d, tq3 ? accr[0] : acc[0], codec::kMaxHeadDim);
-  }
-  res.o.assign(static_cast<size_t>(G) * d, 0.0f);
-  for (int g = 0; g < G; ++g) {
-    if (any_tq3) {
-      in.rotations[h].inverse({accr[g], static_cast<size_t>(d)});  // one inverse rotation per output
-      for (int i = 0; i < d; ++i) acc[g][i] += accr[g][i];
+    const uint8_t* v_codes = pv.data + L.v_codes(h, 0);
+    const uint8_t* v_meta = pv.data + L.v_meta(h, 0);
+    float* out = tq3 ? accr[0] : acc[0];
+    if (visible(pv, 0) == nt) {
+      if (nt > 0)
+        detail::page_accumulate(pv.format, v_codes, L.row_bytes(), v_meta, nt, s.data(), R, d, out, codec::kMaxHeadDim);
+    } else {
+      // The page a block's queries end in: each row reads only the V rows its query may see (a zero
+      // weight would still let a non-finite future value through as NaN).
+      for (int r = 0; r < R; ++r) {
+        const uint32_t n_r = visible(pv, r);
+        if (n_r > 0)
+          detail::page_accumulate(pv.format, v_codes, L.row_bytes(), v_meta, n_r,
+                                  s.data() + static_cast<size_t>(r) * nt, 1, d,
+                                  out + static_cast<size_t>(r) * codec::kMaxHeadDim, codec::kMaxHeadDim);
+      }
     }
-    const float inv = res.l[g] > 0.0f ? 1.0f / res.l[g] : 0.0f;
-    for (int i = 0; i < d; ++i) res.o[static_cast<size_t>(g) * d + i] = acc[g][i] * inv;
+  }
+  res.o.assign(static_cast<size_t>(R) * d, 0.0f);
+  for (int r = 0; r < R; ++r) {
+    if (any_tq3) {
+      in.rotations[h].inverse({accr[r], static_cast<size_t>(d)});  // one inverse rotation per output
+      for (int i = 0; i < d; ++i) acc[r][i] += accr[r][i];
+    }
+    const float inv = res.l[r] > 0.0f ? 1.0f / res.l[r] : 0.0f;
+    for (int i = 0; i < d; ++i) res.o[static_cast<size_t>(r) * d + i] = acc[r][i] * inv;
   }
 }
 
@@ -136,11 +166,15 @@ void attend(const LayerInput& in, const QueryBlock& qb, std::span<float> out, Pa
   const int d = in.head_dim, G = in.q_heads / in.kv_heads;
   const float scale = in.softmax_scale > 0.0f ? in.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
   const size_t P = in.pages.size();
+  // Consecutive queries of a prefill chunk share each decoded K/V tile: up to kMaxRows (query, head) rows.
+  const int block = std::max(1, kMaxRows / G);
+  const size_t blocks = static_cast<size_t>((qb.n + block - 1) / block);
   size_t B = 16;
-  for (const PageView& pv : in.pages) B = static_cast<size_t>(in.layouts[static_cast<int>(pv.format)]->geometry().tokens_per_page);
+  for (const PageView& pv : in.pages)
+    B = static_cast<size_t>(in.layouts[static_cast<int>(pv.format)]->geometry().tokens_per_page);
   size_t pps = opt.pages_per_split > 0 ? static_cast<size_t>(opt.pages_per_split) : (128 + B - 1) / B;
   if (opt.pages_per_split <= 0 && opt.pool) {
-    const size_t want = std::max<size_t>(1, 2 * opt.pool->size() / static_cast<size_t>(qb.n * in.kv_heads));
+    const size_t want = std::max<size_t>(1, 2 * opt.pool->size() / (blocks * in.kv_heads));
     pps = std::max(pps, (P + want - 1) / want);
   }
   if (opt.pages_per_split <= 0 && !opt.pool) pps = std::max<size_t>(pps, P);  // one split per head
@@ -155,33 +189,37 @@ void attend(const LayerInput& in, const QueryBlock& qb, std::span<float> out, Pa
     partials->m.assign(static_cast<size_t>(qb.n) * in.q_heads, kNegInf);
     partials->l.assign(static_cast<size_t>(qb.n) * in.q_heads, 0.0f);
   }
-  std::vector<SplitOut> parts(static_cast<size_t>(qb.n) * in.kv_heads * splits);
+  std::vector<SplitOut> parts(blocks * in.kv_heads * splits);
   auto task = [&](size_t i) {
-    const size_t sp = i % splits, h = (i / splits) % static_cast<size_t>(in.kv_heads), n = i / (splits * in.kv_heads);
+    const size_t sp = i % splits, h = (i / splits) % static_cast<size_t>(in.kv_heads), b = i / (splits * in.kv_heads);
     const size_t p0 = sp * pps, p1 = std::min(P, p0 + pps);
-    float* mp = partials ? partials->m_page.data() + n * P * in.q_heads : nullptr;
-    float* lp = partials ? partials->l_page.data() + n * P * in.q_heads : nullptr;
-    run_split(in, qb.q.data() + n * in.q_heads * d, qb.first_position + static_cast<uint32_t>(n), static_cast<int>(h),
-              p0, p1, scale, parts[i], mp, lp);
+    const int n0 = static_cast<int>(b) * block, nq = std::min(block, qb.n - n0);
+    float* mp = partials ? partials->m_page.data() + static_cast<size_t>(n0) * P * in.q_heads : nullptr;
+    float* lp = partials ? partials->l_page.data() + static_cast<size_t>(n0) * P * in.q_heads : nullptr;
+    run_split(in, qb.q.data() + static_cast<size_t>(n0) * in.q_heads * d, nq,
+              qb.first_position + static_cast<uint32_t>(n0), static_cast<int>(h), p0, p1, scale, parts[i], mp, lp);
   };
-  if (opt.pool && parts.size() > 1) opt.pool->parallel_for(parts.size(), task);
+  if (opt.pool && parts.size() > 1)
+    opt.pool->parallel_for(parts.size(), task);
   else
     for (size_t i = 0; i < parts.size(); ++i) task(i);
   // Merge the splits of each (query, KV head) under one softmax.
   for (int n = 0; n < qb.n; ++n) {
+    const size_t b = static_cast<size_t>(n / block);
     for (int h = 0; h < in.kv_heads; ++h) {
-      const SplitOut* sp = &parts[(static_cast<size_t>(n) * in.kv_heads + h) * splits];
+      const SplitOut* sp = &parts[(b * in.kv_heads + h) * splits];
       for (int g = 0; g < G; ++g) {
+        const int r = (n % block) * G + g;
         float m = kNegInf;
-        for (size_t j = 0; j < splits; ++j) m = std::max(m, sp[j].m[g]);
+        for (size_t j = 0; j < splits; ++j) m = std::max(m, sp[j].m[r]);
         float l = 0.0f;
         float* o = out.data() + (static_cast<size_t>(n) * in.q_heads + h * G + g) * d;
         std::fill(o, o + d, 0.0f);
         for (size_t j = 0; j < splits; ++j) {
-          if (sp[j].l[g] <= 0.0f) continue;
-          const float w = std::exp(sp[j].m[g] - m) * sp[j].l[g];
+          if (sp[j].l[r] <= 0.0f) continue;
+          const float w = std::exp(sp[j].m[r] - m) * sp[j].l[r];
           l += w;
-          axpy(w, sp[j].o.data() + static_cast<size_t>(g) * d, o, d);
+          axpy(w, sp[j].o.data() + static_cast<size_t>(r) * d, o, d);
         }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int i = 0; i < d; ++i) o[i] *= inv;
@@ -225,7 +263,8 @@ std::vector<float> page_scores(const PagePartials& p, std::span<const int> heads
       double total = 0.0;
       for (int pg = 0; pg < p.pages; ++pg) {
         const size_t i = (static_cast<size_t>(n) * p.pages + pg) * p.q_heads + h;
-        q[pg] = (l > 0.0f && p.l_page[i] > 0.0f) ? std::exp(static_cast<double>(p.m_page[i]) - m) * p.l_page[i] / l : 0.0;
+        q[pg] =
+            (l > 0.0f && p.l_page[i] > 0.0f) ? std::exp(static_cast<double>(p.m_page[i]) - m) * p.l_page[i] / l : 0.0;
         total += q[pg];
       }
       for (int pg = 0; pg < p.pages; ++pg) r[pg] += total > 0.0 ? q[pg] / total : 0.0;  // page-addressable mass

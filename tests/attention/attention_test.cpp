@@ -107,7 +107,7 @@ TEST_P(MixedAttention, MatchesFp64ReferenceOverTheSamePages) {
   };
   Built b = build(rng, d, kv, q_heads, B, tokens, fmt, 3.0f);
   ThreadPool pool(3);
-  for (int n : {1, 6}) {  // decode, and a chunked-prefill block at the end of the sequence
+  for (int n : {1, 6, 37}) {  // decode, and chunked-prefill blocks at the end (37: across pages)
     std::normal_distribution<float> g;
     std::vector<float> q(static_cast<size_t>(n) * q_heads * d);
     for (auto& x : q) x = g(rng);
@@ -212,6 +212,41 @@ TEST(MixedAttention, EverySimdTargetMatchesReference) {
       EXPECT_LT(rel_l2(out, ref.out), 2e-6) << hwy::TargetName(target) << " d=" << d;
     }
     hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+// Causality holds even for values a query must not see: a NaN in a later token's V (a broken model
+// state, but not a reason to corrupt earlier queries) stays out of every earlier query's output, also
+// when a chunked-prefill block shares the page that holds it.
+TEST(MixedAttention, LaterTokensNeverReachEarlierQueries) {
+  auto rng = testing::rng_for_test();
+  const int d = 64, kv = 1, q_heads = 2, B = 16, tokens = 16 * 3;
+  for (PageFormat f : {PageFormat::kBf16, PageFormat::kFp8}) {
+    Built b = build(rng, d, kv, q_heads, B, tokens, [f](int) { return f; });
+    const int poisoned = 37;  // inside page 2, which the block's queries end in
+    const codec::PageLayout& L = b.layouts[static_cast<int>(f)];
+    uint8_t* v = b.bytes[poisoned / B].data() + L.v_codes(0, poisoned % B);
+    if (f == PageFormat::kBf16) {
+      for (int i = 0; i < d; ++i) v[2 * i] = 0xC0, v[2 * i + 1] = 0x7F;  // bf16 quiet NaN
+    } else {
+      std::fill(v, v + d, uint8_t{0x7F});  // E4M3 NaN
+    }
+    std::normal_distribution<float> g;
+    const int n = 8;
+    std::vector<float> q(static_cast<size_t>(n) * q_heads * d);
+    for (auto& x : q) x = g(rng);
+    // Positions 30..37: the last query sees the NaN (and its output is NaN), the seven before it must
+    // not, although the last block of queries (4 at GQA 2) shares the poisoned page with it.
+    const QueryBlock qb{q, n, static_cast<uint32_t>(poisoned - n + 1)};
+    const ReferenceResult ref = attend_reference(b.in, qb);
+    std::vector<float> out(q.size());
+    testing::poison(std::span<float>(out));
+    attend(b.in, qb, out);
+    const size_t earlier = static_cast<size_t>(n - 1) * q_heads * d;
+    for (size_t i = 0; i < earlier; ++i) ASSERT_TRUE(std::isfinite(out[i])) << codec::to_string(f) << " at " << i;
+    EXPECT_LT(rel_l2(std::span<const float>(out).first(earlier), std::span<const double>(ref.out).first(earlier)), 2e-6)
+        << codec::to_string(f);
+    EXPECT_TRUE(std::isnan(out[earlier])) << "the query at the poisoned position reads it";
   }
 }
 

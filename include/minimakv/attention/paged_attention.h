@@ -2,7 +2,8 @@
 //
 // Owns: the CPU kernels of decode (one query) and chunked prefill (a block of queries with a causal
 // mask). All query heads of a GQA group are processed together, so each K/V row is decoded once and
-// used by the whole group. FP8 and BF16 rows are decoded and dotted directly; for TQ3 pages the query is
+// used by the whole group; in chunked prefill, by up to 8 / G consecutive queries of the block as well
+// (8 (query, head) rows per decoded row, each with its own causal limit). FP8 and BF16 rows are decoded and dotted directly; for TQ3 pages the query is
 // rotated once per KV head (q' = R q) and dotted against the rotated codes, values are accumulated in the
 // rotated domain, and the accumulated output is rotated back once per split. No dense copy of the cache
 // is ever made.
