@@ -3,10 +3,11 @@
 // Owns: finding OpenBLAS at run time and choosing its kernels before it initialises. OpenBLAS picks
 // its kernels once, when the library is loaded, from a table of CPU models; the 0.3.21 release that
 // Debian 12 ships drops to its generic SSE3 kernels ("Prescott") on Intel models newer than that table
-// (Raptor Lake, Emerald Rapids, ...), which makes every GEMM several times slower (fixed upstream in
-// 0.3.25). So the backend does not link OpenBLAS: the first call here sets OPENBLAS_CORETYPE from the
-// CPU's features on Intel CPUs (AVX-512 -> SkylakeX kernels, AVX2 + FMA -> Haswell), unless the user
-// set it, and only then dlopen()s the library. Other vendors keep OpenBLAS's own detection.
+// (Raptor Lake, Emerald Rapids, ...): the embedded model's prefill ran 1.5x and its decode 1.3x slower
+// on such a CPU (docs/benchmarks.md). Upstream fixed the fallback in 0.3.25. So the backend does not
+// link OpenBLAS: the first call here sets OPENBLAS_CORETYPE from the CPU's features on Intel CPUs
+// (AVX-512 -> SkylakeX kernels, AVX2 + FMA -> Haswell), unless the user set it, and only then
+// dlopen()s the library. Other vendors keep OpenBLAS's own detection.
 // Invariant: OpenBLAS is loaded at most once per process, and only through this module.
 #pragma once
 
