@@ -112,15 +112,7 @@ int run_kv_stats(const KvStatsOptions& opt) {
   if (opt.tokens < 2 * opt.page_size) throw std::invalid_argument("kv-stats: --tokens must cover at least two pages");
   const auto model = engine::Model::load(opt.model);
   const auto data = eval::load_niah_data(opt.data);
-  std::string text;
-  std::vector<int32_t> ids;
-  for (size_t i = 0; ids.size() < static_cast<size_t>(opt.tokens); i += 64) {
-    if (i >= data.essay_sentences.size()) throw std::runtime_error("kv-stats: the essay is shorter than --tokens");
-    for (size_t j = i; j < std::min(i + 64, data.essay_sentences.size()); ++j)
-      text += (text.empty() ? "" : " ") + data.essay_sentences[j];
-    ids = model->tokenizer().encode(text);
-  }
-  ids.resize(static_cast<size_t>(opt.tokens));
+  const auto ids = eval::essay_window(data, model->tokenizer(), 0, opt.tokens);
 
   const unsigned threads =
       opt.threads > 0 ? static_cast<unsigned>(opt.threads) : std::max(1u, std::thread::hardware_concurrency());

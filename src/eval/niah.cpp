@@ -156,6 +156,18 @@ NiahData load_niah_data(const std::string& dir) {
   return d;
 }
 
+std::vector<int32_t> essay_window(const NiahData& data, const model::Tokenizer& tok, size_t first_sentence,
+                                  int tokens) {
+  // Prose runs at well under 6 characters per token, so one encode of that much text suffices.
+  std::string text;
+  for (size_t i = first_sentence; text.size() < static_cast<size_t>(tokens) * 6; ++i)
+    text += (text.empty() ? "" : " ") + data.essay_sentences[i % data.essay_sentences.size()];
+  auto ids = tok.encode(text);
+  if (ids.size() < static_cast<size_t>(tokens)) throw std::runtime_error("essay window too short");
+  ids.resize(static_cast<size_t>(tokens));
+  return ids;
+}
+
 NiahGenerator::NiahGenerator(const NiahData& data, const model::Tokenizer& tok, uint64_t seed)
     : data_(data), tok_(tok), seed_(seed) {}
 

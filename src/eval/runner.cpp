@@ -211,13 +211,7 @@ std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, c
     SplitMix rng(seed ^ static_cast<uint64_t>(len));
     for (int w = 0; w < windows; ++w) {
       // A window of held-out essay text, starting at a random sentence.
-      std::string text;
-      size_t i = rng.below(data.essay_sentences.size());
-      while (text.size() < static_cast<size_t>(len) * 6)
-        text += (text.empty() ? "" : " ") + data.essay_sentences[i++ % data.essay_sentences.size()];
-      auto ids = model.tokenizer().encode(text);
-      if (ids.size() < static_cast<size_t>(len)) throw std::runtime_error("run_kl: essay window too short");
-      ids.resize(static_cast<size_t>(len));
+      const auto ids = essay_window(data, model.tokenizer(), rng.below(data.essay_sentences.size()), len);
       const auto base = tail_log_probs(model, ids, ref, score_tokens, pool);
       for (size_t a = 0; a < specs.size(); ++a) {
         const auto lp = tail_log_probs(model, ids, specs[a], score_tokens, pool);

@@ -39,6 +39,10 @@ struct NiahData {
 // Loads <dir>/corpus/essay.txt and <dir>/words/eval_{adjectives,nouns}.txt; a clear error when missing.
 NiahData load_niah_data(const std::string& data_dir);
 
+// The first `tokens` model tokens of held-out essay text from sentence `first_sentence` on (wrapping
+// around the essay); throws std::runtime_error when the text is too short.
+std::vector<int32_t> essay_window(const NiahData& data, const model::Tokenizer& tok, size_t first_sentence, int tokens);
+
 struct Example {
   std::string task;
   int length = 0;  // target in model tokens: prompt + generation budget
