@@ -6,7 +6,8 @@
 #                                        # dir/apps/minimakv/minimakv
 #                                        # (scripts/gpu-pack.sh makes such a dir, with the shared libraries they need)
 # QUICK=1 runs the shorter benchmark. PARTS picks the parts (default: all of
-# "tests sanitizer parity sdpa engine decode"); ENGINE_CONTEXTS, ENGINE_BATCHES, ENGINE_REPS and
+# "tests sanitizer parity sdpa engine decode"; "cpuattn" adds the CPU attention benchmark on the GPU
+# machine's host cores, ATTN_CONTEXTS picks its contexts); ENGINE_CONTEXTS, ENGINE_BATCHES, ENGINE_REPS and
 # ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs) go to $OUT when set, else to
 # build/gpu-results.
 set -euo pipefail
@@ -64,6 +65,18 @@ if part engine && [[ -f data/corpus/essay.txt ]]; then
     OUT="$OUT/engine" bash scripts/bench/engine-speed.sh | tee "$OUT/engine.txt"
 elif part engine; then
   echo "== engine speed skipped: data/corpus/essay.txt missing (scripts/data/extract_corpus.py makes it)"
+fi
+
+if part cpuattn; then
+  echo "== CPU attention on the host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  "$BUILD/apps/minimakv/minimakv" attn-bench --contexts ${ATTN_CONTEXTS:-32768 131072} --reps 10 --seed 5 \
+    --error-max-context 0 --json >"$OUT/cpu-attn.json"
+  python3 - "$OUT/cpu-attn.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for r in rows:
+    print(f"{r['context']:>7} {r['shape']:<16} {r['arm']:<6} t={r['threads']:<3} {r['median_us']:>10.0f} us  {r['gb_per_s']:6.2f} GB/s")
+PY
 fi
 
 if part decode; then
