@@ -1,12 +1,17 @@
 // SIMD inner loops of paged attention, compiled for every attainable x86 target (EMU128 scalar
 // fallback, SSSE3, SSE4, AVX2, AVX-512) through Google Highway and chosen at run time.
 //
-// Per page and KV head: decode each K row once (BF16: shift; FP8: exponent rebias by bit arithmetic,
-// exact for subnormals; TQ3: 3-bit codes unpacked by an in-block byte shuffle and a per-lane shift,
-// then a register table of Lloyd-Max levels) and dot it with every query head of the GQA group; then
-// decode each V row once and accumulate it into every head's output. Rows go in tiles of four: each
-// row vector is loaded once per position and feeds the accumulators (QK) or weights (PV) of up to
-// four heads held in registers.
+// Decoding is fused into the arithmetic: a row's codes are turned into one vector of floats at a time
+// (BF16: widen and shift; FP8: two shifts, a mask and an exponent rebias; TQ3: 3-bit codes unpacked by
+// an in-block byte shuffle and a per-lane shift, then a register table of Lloyd-Max levels) and used at
+// once by every query head of the GQA group, so no decoded row is ever stored and read back.
+//  - Logits: tiles of four rows; each head keeps four accumulators in registers, and the sixteen dot
+//    products of a tile are reduced together (two interleave levels and a block fold) rather than one
+//    horizontal sum each.
+//  - Values: blocks of 16 rows; for each vector-wide slice of the head dimension every head's output
+//    slice stays in a register while the block's rows stream through it.
+// FP8's NaN code (S.1111.111) is the one case the bit arithmetic does not map; a tile or block that
+// holds one takes the exact decoder, so a NaN in the cache still reaches the output as NaN.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/attention/page_kernels.cpp"
 // Highway's per-target re-inclusion needs foreach_target.h before the other Highway headers.
@@ -17,7 +22,6 @@
 // clang-format on
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -29,25 +33,116 @@
 HWY_BEFORE_NAMESPACE();
 namespace minimakv::attention::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using codec::PageFormat;
 
-// TQ3: 3-bit codes to their (unscaled) Lloyd-Max levels. A template so that the branch a target
-// cannot compile (byte shuffles need 8 or 16 lanes) is never instantiated for it.
-template <class DF>
-HWY_INLINE void DecodeTq3Row(DF df, const uint8_t* codes, int d, float* HWY_RESTRICT out) {
-  const hn::RebindToUnsigned<DF> du32;
-  const size_t N = hn::Lanes(df);
-  if constexpr (hn::MaxLanes(DF()) >= 8 && hn::MaxLanes(DF()) <= 16) {
-    // N codes are 3N/8 whole bytes (N = 8 or 16). Every 128-bit block gets the same 16 source bytes
-    // (LoadDup128); a byte shuffle inside each block gives each 32-bit lane the byte(s) holding its
-    // code, a per-lane shift and a mask extract it, and a register table maps it to its level. Loads
-    // start at most at row_bytes - 16, so they stay inside the row (TQ3 rows are >= 24 bytes).
-    constexpr size_t kN = hn::MaxLanes(df);
-    struct Unpack {
-      alignas(64) uint8_t idx[16][4 * kN];  // per start offset inside the 16 loaded bytes
-      alignas(64) int32_t shift[kN];
-      alignas(64) float level[kN];
-    };
-    static const Unpack tab = [] {
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// ---- Decoders: element i .. i + N - 1 of a row, as floats (TQ3: unscaled levels) ----
+
+struct DecodeBf16 {
+  HWY_INLINE VF operator()(const uint8_t* row, int i) const {
+    const DF df;
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::Rebind<uint16_t, DF> du16;
+    uint16_t tmp[hn::MaxLanes(du16)];
+    std::memcpy(tmp, row + 2 * i, sizeof(uint16_t) * hn::Lanes(du16));  // rows need not be 2-byte aligned
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, tmp))));
+  }
+};
+
+// E4M3 by bit arithmetic: the byte, sign-extended to 32 bits and shifted left by 20, has its sign at
+// bit 31 (and smeared over bits 30..27, masked off) and its exponent and mantissa where fp32 keeps
+// them; the exponent keeps bias 7, so a multiply by 2^120 makes it fp32's 127. Exact for subnormals.
+// The NaN code becomes 480: rows that hold it go through DecodeFp8Exact.
+struct DecodeFp8 {
+  HWY_INLINE VF operator()(const uint8_t* row, int i) const {
+    const DF df;
+    const hn::RebindToSigned<DF> di32;
+    const hn::Rebind<int8_t, DF> di8;
+    const auto v = hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(row) + i));
+    const auto bits = hn::And(hn::ShiftLeft<20>(v), hn::Set(di32, 0x87FFFFFF));
+    return hn::Mul(hn::BitCast(df, bits), hn::Set(df, 1.329227995784916e36f));  // 2^120
+  }
+};
+
+struct DecodeFp8Exact {
+  HWY_INLINE VF operator()(const uint8_t* row, int i) const {
+    const DF df;
+    const hn::RebindToUnsigned<DF> du32;
+    const auto v = hn::PromoteTo(du32, hn::LoadU(hn::Rebind<uint8_t, DF>(), row + i));
+    const auto mag = hn::And(v, hn::Set(du32, 0x7Fu));
+    const auto x = DecodeFp8()(row, i);
+    return hn::IfThenElse(hn::RebindMask(df, hn::Eq(mag, hn::Set(du32, 0x7Fu))), hn::Set(df, __builtin_nanf("")), x);
+  }
+};
+
+// Whether any of n rows holds an FP8 NaN code (magnitude bits all set): the largest magnitude byte
+// is 0x7F exactly then.
+HWY_INLINE bool Fp8RowsHoldNan(const uint8_t* row, size_t row_bytes, uint32_t n, int d) {
+  const hn::ScalableTag<uint8_t> du8;
+  const int N = static_cast<int>(hn::Lanes(du8));
+  const auto k7f = hn::Set(du8, 0x7F);
+  auto top = hn::Zero(du8);
+  uint8_t tail = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint8_t* r = row + j * row_bytes;
+    int i = 0;
+    for (; i + N <= d; i += N) top = hn::Max(top, hn::And(hn::LoadU(du8, r + i), k7f));
+    for (; i < d; ++i) tail = std::max<uint8_t>(tail, r[i] & 0x7F);
+  }
+  return tail == 0x7F || !hn::AllFalse(du8, hn::Eq(top, k7f));
+}
+
+// A template on the vector type, so that the branch a target cannot compile (byte shuffles need 8 or
+// 16 lanes) is never instantiated for it. The tables are loaded into registers once per page.
+template <class D = DF>
+class DecodeTq3 {
+ public:
+  explicit DecodeTq3(int d) : row_bytes_(3 * d / 8), idx_(tab().idx[0]) {
+    if constexpr (kShuffle) {
+      const hn::RebindToSigned<D> di32;
+      shifts_ = hn::BitCast(hn::RebindToUnsigned<D>(), hn::Load(di32, tab().shift));
+      levels_ = hn::Load(D(), tab().level);
+    }
+  }
+
+  HWY_INLINE hn::Vec<D> operator()(const uint8_t* row, int i) const {
+    const D df;
+    if constexpr (kShuffle) {
+      // N codes are 3N/8 whole bytes. Every 128-bit block gets the same 16 source bytes (LoadDup128);
+      // a byte shuffle inside each block gives each 32-bit lane the byte(s) holding its code, a per-lane
+      // shift and a mask extract it, and the register table maps it to its level. Loads start at most at
+      // row_bytes - 16, so they stay inside the row (TQ3 rows are >= 24 bytes).
+      const hn::RebindToUnsigned<D> du32;
+      const hn::RebindToSigned<D> di32;
+      const hn::Repartition<uint8_t, D> du8;
+      const int off = 3 * i / 8, start = std::min(off, row_bytes_ - 16);
+      const auto src = hn::LoadDup128(du8, row + start);
+      const auto w = hn::BitCast(du32, hn::TableLookupBytesOr0(src, hn::Load(du8, idx_ + 4 * kN * (off - start))));
+      const auto c = hn::And(hn::Shr(w, shifts_), hn::Set(du32, 7u));
+      return hn::TableLookupLanes(levels_, hn::IndicesFromVec(df, hn::BitCast(di32, c)));
+    } else {
+      float out[kN];
+      for (size_t k = 0; k < kN; ++k) {
+        const size_t bit = 3 * (static_cast<size_t>(i) + k), b = bit / 8;
+        const unsigned w = row[b] | (b + 1 < static_cast<size_t>(row_bytes_) ? row[b + 1] << 8 : 0);
+        out[k] = codec::tq3_level(static_cast<int>((w >> (bit % 8)) & 7u));
+      }
+      return hn::LoadU(df, out);
+    }
+  }
+
+ private:
+  static constexpr size_t kN = hn::MaxLanes(D());
+  static constexpr bool kShuffle = kN >= 8 && kN <= 16;
+  struct Unpack {
+    alignas(64) uint8_t idx[16][4 * kN];  // per start offset inside the 16 loaded bytes
+    alignas(64) int32_t shift[kN];
+    alignas(64) float level[kN];
+  };
+  static const Unpack& tab() {
+    static const Unpack t = [] {
       Unpack u{};
       for (size_t delta = 0; delta < 16; ++delta)
         for (size_t k = 0; k < kN; ++k) {
@@ -64,74 +159,21 @@ HWY_INLINE void DecodeTq3Row(DF df, const uint8_t* codes, int d, float* HWY_REST
       }
       return u;
     }();
-    const hn::Repartition<uint8_t, decltype(df)> du8;
-    const hn::RebindToSigned<decltype(df)> di32;
-    const auto shifts = hn::BitCast(du32, hn::Load(di32, tab.shift));
-    const auto levels = hn::Load(df, tab.level);
-    const auto seven = hn::Set(du32, 7u);
-    const int row_bytes = 3 * d / 8;
-    for (int i = 0; i < d; i += static_cast<int>(N)) {
-      const int off = 3 * i / 8, start = std::min(off, row_bytes - 16);
-      const auto src = hn::LoadDup128(du8, codes + start);
-      const auto w = hn::BitCast(du32, hn::TableLookupBytesOr0(src, hn::Load(du8, tab.idx[off - start])));
-      const auto c = hn::And(hn::Shr(w, shifts), seven);
-      hn::StoreU(hn::TableLookupLanes(levels, hn::IndicesFromVec(df, hn::BitCast(di32, c))), df, out + i);
-    }
-  } else {
-    // Two 3-bit codes (6 bits) index a table of level pairs: four 8-byte copies per 24-bit group.
-    static const auto pairs = [] {
-      std::array<std::array<float, 2>, 64> t{};
-      for (int c = 0; c < 64; ++c) t[c] = {codec::tq3_level(c & 7), codec::tq3_level(c >> 3)};
-      return t;
-    }();
-    for (int g = 0; g < d / 8; ++g) {
-      const uint8_t* p = codes + 3 * g;
-      const uint32_t w = p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16);
-      std::memcpy(out + 8 * g, pairs[w & 63u].data(), 8);
-      std::memcpy(out + 8 * g + 2, pairs[(w >> 6) & 63u].data(), 8);
-      std::memcpy(out + 8 * g + 4, pairs[(w >> 12) & 63u].data(), 8);
-      std::memcpy(out + 8 * g + 6, pairs[(w >> 18) & 63u].data(), 8);
-    }
+    return t;
   }
-}
+  int row_bytes_;
+  const uint8_t* idx_;
+  hn::Vec<hn::RebindToUnsigned<D>> shifts_;
+  hn::Vec<D> levels_;
+};
 
-// Decodes one row of d codes into floats (TQ3: unscaled levels).
-HWY_INLINE void DecodeRow(codec::PageFormat f, const uint8_t* codes, int d, float* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du32;
-  const size_t N = hn::Lanes(df);
-  if (f == codec::PageFormat::kFp8) {
-    const hn::Rebind<uint8_t, decltype(df)> du8;
-    const auto k7f = hn::Set(du32, 0x7Fu), k80 = hn::Set(du32, 0x80u);
-    const auto rebias = hn::Set(df, 1.329227995784916e36f);  // 2^120: E4M3 bias 7 -> fp32 bias 127
-    const auto nan = hn::Set(df, __builtin_nanf(""));
-    for (int i = 0; i < d; i += static_cast<int>(N)) {
-      const auto v = hn::PromoteTo(du32, hn::LoadU(du8, codes + i));
-      const auto mag = hn::And(v, k7f);
-      const auto bits = hn::Or(hn::ShiftLeft<20>(mag), hn::ShiftLeft<24>(hn::And(v, k80)));
-      const auto x = hn::Mul(hn::BitCast(df, bits), rebias);
-      hn::StoreU(hn::IfThenElse(hn::RebindMask(df, hn::Eq(mag, k7f)), nan, x), df, out + i);
-    }
-  } else if (f == codec::PageFormat::kBf16) {
-    const hn::Rebind<uint16_t, decltype(df)> du16;
-    for (int i = 0; i < d; i += static_cast<int>(N)) {
-      uint16_t tmp[hn::MaxLanes(du16)];
-      std::memcpy(tmp, codes + 2 * i, N * 2);
-      const auto v = hn::PromoteTo(du32, hn::LoadU(du16, tmp));
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(v)), df, out + i);
-    }
-  } else {
-    DecodeTq3Row(df, codes, d, out);
-  }
-}
-
-HWY_INLINE float RowScale(codec::PageFormat f, const uint8_t* meta, uint32_t t) {
-  if (f == codec::PageFormat::kFp8) {
+HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
+  if (f == PageFormat::kFp8) {
     float s;
     std::memcpy(&s, meta + 4 * t, 4);
     return s;
   }
-  if (f == codec::PageFormat::kTq3) {
+  if (f == PageFormat::kTq3) {
     uint16_t a;
     std::memcpy(&a, meta + 2 * t, 2);
     return codec::half_to_float(a);
@@ -139,179 +181,286 @@ HWY_INLINE float RowScale(codec::PageFormat f, const uint8_t* meta, uint32_t t) 
   return 1.0f;
 }
 
-HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int d) {
-  const hn::ScalableTag<float> df;
-  const size_t N = hn::Lanes(df);
-  auto s0 = hn::Zero(df), s1 = hn::Zero(df);
-  int i = 0;
-  for (; i + 2 * static_cast<int>(N) <= d; i += 2 * static_cast<int>(N)) {
-    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), s1);
+// ---- Logits ----
+
+constexpr uint32_t kTile = 4;  // rows per logits tile
+
+// Heads per pass over a logits tile: 4 x H accumulators, the tile's rows and a query vector must fit
+// the register file (32 vector registers with AVX-512, 16 below it).
+constexpr int kLogitHeads = hn::MaxLanes(DF()) >= 16 ? 4 : 2;
+
+// The four lane sums of a, b, c, e stored at out[0..3].
+template <class D>
+HWY_INLINE void StoreSums4(D df, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::Vec<D> e, float* out) {
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(a);
+  out[1] = hn::GetLane(b);
+  out[2] = hn::GetLane(c);
+  out[3] = hn::GetLane(e);
+  (void)df;
+#else
+  // Per 128-bit block: [a0+a2, b0+b2, a1+a3, b1+b3], then pairs of 64-bit lanes give [a, b, c, e].
+  const auto ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const auto ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const hn::Repartition<uint64_t, D> du64;
+  const auto lo = hn::InterleaveLower(du64, hn::BitCast(du64, ab), hn::BitCast(du64, ce));
+  const auto hi = hn::InterleaveUpper(du64, hn::BitCast(du64, ab), hn::BitCast(du64, ce));
+  const auto v = hn::Add(hn::BitCast(df, lo), hn::BitCast(df, hi));
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    const hn::Half<D> d8;
+    const hn::Half<decltype(d8)> d4;
+    const auto v8 = hn::Add(hn::LowerHalf(d8, v), hn::UpperHalf(d8, v));
+    hn::StoreU(hn::Add(hn::LowerHalf(d4, v8), hn::UpperHalf(d4, v8)), d4, out);
+  } else if constexpr (hn::MaxLanes(D()) == 8) {
+    const hn::Half<D> d4;
+    hn::StoreU(hn::Add(hn::LowerHalf(d4, v), hn::UpperHalf(d4, v)), d4, out);
+  } else {
+    static_assert(hn::MaxLanes(D()) == 4, "x86 float vectors hold 4, 8 or 16 lanes");
+    hn::StoreU(v, df, out);
   }
-  for (; i < d; i += static_cast<int>(N)) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+#endif
 }
 
-constexpr uint32_t kTile = 4;  // rows decoded per pass
-
-// Query heads per pass over a tile: their accumulators (or weights) and the tile's rows must fit the
-// register file (32 vector registers with AVX-512, 16 below it).
-template <class DF>
-constexpr int HeadsPerPass(DF df) {
-  return hn::MaxLanes(df) >= 16 ? 4 : 2;
-}
-
-// s[g * nt + j] = <q_g, rows[j]> for the H heads g0 .. g0 + H - 1 and the kTile rows: each row vector is
-// loaded once per position and feeds every head of the pass.
-template <int H, class DF>
-HWY_INLINE void TileLogits(DF df, const float (*rows)[codec::kMaxHeadDim], const float* q, size_t q_stride, int g0,
+// s[g * nt + j] = <q_g, row_j> for the four rows at `row` and the H heads g0 .. g0 + H - 1.
+template <int H, class Dec>
+HWY_INLINE void LogitsTile(const Dec dec, const uint8_t* row, size_t row_bytes, const float* q, size_t q_stride, int g0,
                            int d, float* s, size_t nt) {
-  const size_t N = hn::Lanes(df);
-  using V = decltype(hn::Zero(df));
-  V acc[H][kTile];
+  const DF df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  VF acc[H][kTile];
   for (int h = 0; h < H; ++h)
     for (uint32_t j = 0; j < kTile; ++j) acc[h][j] = hn::Zero(df);
-  for (int i = 0; i < d; i += static_cast<int>(N)) {
-    const V r0 = hn::LoadU(df, rows[0] + i), r1 = hn::LoadU(df, rows[1] + i);
-    const V r2 = hn::LoadU(df, rows[2] + i), r3 = hn::LoadU(df, rows[3] + i);
+  for (int i = 0; i < d; i += N) {
+    const VF r0 = dec(row, i), r1 = dec(row + row_bytes, i);
+    const VF r2 = dec(row + 2 * row_bytes, i), r3 = dec(row + 3 * row_bytes, i);
     for (int h = 0; h < H; ++h) {
-      const V qv = hn::LoadU(df, q + (g0 + h) * q_stride + i);
+      const VF qv = hn::LoadU(df, q + (g0 + h) * q_stride + i);
       acc[h][0] = hn::MulAdd(qv, r0, acc[h][0]);
       acc[h][1] = hn::MulAdd(qv, r1, acc[h][1]);
       acc[h][2] = hn::MulAdd(qv, r2, acc[h][2]);
       acc[h][3] = hn::MulAdd(qv, r3, acc[h][3]);
     }
   }
-  for (int h = 0; h < H; ++h)
-    for (uint32_t j = 0; j < kTile; ++j)
-      s[static_cast<size_t>(g0 + h) * nt + j] = hn::GetLane(hn::SumOfLanes(df, acc[h][j]));
+  for (int h = 0; h < H; ++h) StoreSums4(df, acc[h][0], acc[h][1], acc[h][2], acc[h][3], s + (g0 + h) * nt);
 }
 
-// acc_g += sum_j w[g][j] * rows[j] for the H heads g0 .. g0 + H - 1 (weights already scaled).
-template <int H, class DF>
-HWY_INLINE void TileAccumulate(DF df, const float (*rows)[codec::kMaxHeadDim], const float (*w)[kTile], int g0, int d,
-                               float* acc, size_t acc_stride) {
-  const size_t N = hn::Lanes(df);
-  using V = decltype(hn::Zero(df));
-  V wv[H][kTile];
-  for (int h = 0; h < H; ++h)
-    for (uint32_t j = 0; j < kTile; ++j) wv[h][j] = hn::Set(df, w[g0 + h][j]);
-  for (int i = 0; i < d; i += static_cast<int>(N)) {
-    const V r0 = hn::LoadU(df, rows[0] + i), r1 = hn::LoadU(df, rows[1] + i);
-    const V r2 = hn::LoadU(df, rows[2] + i), r3 = hn::LoadU(df, rows[3] + i);
-    for (int h = 0; h < H; ++h) {
-      float* a = acc + (g0 + h) * acc_stride + i;
-      V v = hn::LoadU(df, a);
-      v = hn::MulAdd(wv[h][0], r0, v);
-      v = hn::MulAdd(wv[h][1], r1, v);
-      v = hn::MulAdd(wv[h][2], r2, v);
-      v = hn::MulAdd(wv[h][3], r3, v);
-      hn::StoreU(v, df, a);
+// s[g * nt] = <q_g, row> for every head (the rows after a page's last whole tile).
+template <class Dec>
+HWY_INLINE void LogitsRow(const Dec& dec, const uint8_t* row, const float* q, size_t q_stride, int G, int d, float* s,
+                          size_t nt) {
+  const DF df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  for (int g = 0; g < G; ++g) {
+    VF acc = hn::Zero(df);
+    for (int i = 0; i < d; i += N) acc = hn::MulAdd(hn::LoadU(df, q + g * q_stride + i), dec(row, i), acc);
+    s[g * nt] = hn::GetLane(hn::SumOfLanes(df, acc));
+  }
+}
+
+template <class Dec>
+HWY_INLINE void LogitsWith(const Dec& dec, const uint8_t* codes, size_t row_bytes, uint32_t t0, uint32_t n,
+                           const float* q, size_t q_stride, int G, int d, float* s, size_t nt) {
+  const uint8_t* row = codes + t0 * row_bytes;
+  if (n < kTile) {
+    for (uint32_t j = 0; j < n; ++j) LogitsRow(dec, row + j * row_bytes, q, q_stride, G, d, s + t0 + j, nt);
+    return;
+  }
+  for (int g0 = 0; g0 < G; g0 += kLogitHeads) {
+    float* st = s + t0;
+    switch (std::min(kLogitHeads, G - g0)) {
+      case 1:
+        LogitsTile<1>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
+      case 2:
+        LogitsTile<2>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
+      case 3:
+        LogitsTile<std::min(3, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
+      default:
+        LogitsTile<kLogitHeads>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
     }
   }
 }
 
-// Runs Tile(H) over heads [0, G) in passes of at most HeadsPerPass heads.
-template <class DF, class Fn>
-HWY_INLINE void ForHeadPasses(DF df, int G, const Fn& tile) {
-  constexpr int kMax = HeadsPerPass(DF());
-  for (int g0 = 0; g0 < G; g0 += kMax) {
-    const int h = std::min(kMax, G - g0);
-    if (h >= 4 && kMax >= 4)
-      tile(std::integral_constant<int, (kMax >= 4 ? 4 : 1)>(), g0);
-    else if (h >= 3 && kMax >= 3)
-      tile(std::integral_constant<int, (kMax >= 3 ? 3 : 1)>(), g0);
-    else if (h >= 2)
-      tile(std::integral_constant<int, 2>(), g0);
-    else
-      tile(std::integral_constant<int, 1>(), g0);
-  }
-  (void)df;
-}
-
-void PageLogits(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
-                const float* q, size_t q_stride, int G, int d, float* s) {
-  const hn::ScalableTag<float> df;
-  alignas(64) float rows[kTile][codec::kMaxHeadDim];
+void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt, const float* q,
+                size_t q_stride, int G, int d, float* s) {
+  const DecodeTq3<> tq3(d);
   for (uint32_t t0 = 0; t0 < nt; t0 += kTile) {
     const uint32_t n = std::min(kTile, nt - t0);
-    for (uint32_t j = 0; j < n; ++j) DecodeRow(f, codes + (t0 + j) * row_bytes, d, rows[j]);
-    if (n == kTile) {
-      ForHeadPasses(df, G, [&](auto heads, int g0) {
-        TileLogits<decltype(heads)::value>(df, rows, q, q_stride, g0, d, s + t0, nt);
-      });
+    if (f == PageFormat::kBf16) {
+      LogitsWith(DecodeBf16(), codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
+    } else if (f == PageFormat::kFp8) {
+      if (Fp8RowsHoldNan(codes + t0 * row_bytes, row_bytes, n, d))
+        LogitsWith(DecodeFp8Exact(), codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
+      else
+        LogitsWith(DecodeFp8(), codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     } else {
-      for (int g = 0; g < G; ++g)
-        for (uint32_t j = 0; j < n; ++j) s[static_cast<size_t>(g) * nt + t0 + j] = Dot(q + g * q_stride, rows[j], d);
+      LogitsWith(tq3, codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     }
-    for (uint32_t j = 0; j < n; ++j) {
-      const float scale = RowScale(f, meta, t0 + j);
-      for (int g = 0; g < G; ++g) s[static_cast<size_t>(g) * nt + t0 + j] *= scale;
-    }
-  }
-}
-
-void PageAccumulate(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
-                    const float* w, int G, int d, float* acc, size_t acc_stride) {
-  const hn::ScalableTag<float> df;
-  const size_t N = hn::Lanes(df);
-  alignas(64) float rows[kTile][codec::kMaxHeadDim];
-  float wt[8][kTile];  // per head and row: softmax weight times the row's V scale (G <= 8)
-  for (uint32_t t0 = 0; t0 < nt; t0 += kTile) {
-    const uint32_t n = std::min(kTile, nt - t0);
-    float scale[kTile];
-    for (uint32_t j = 0; j < n; ++j) {
-      DecodeRow(f, codes + (t0 + j) * row_bytes, d, rows[j]);
-      scale[j] = RowScale(f, meta, t0 + j);
-    }
-    if (n == kTile) {
-      for (int g = 0; g < G; ++g)
-        for (uint32_t j = 0; j < kTile; ++j) wt[g][j] = w[static_cast<size_t>(g) * nt + t0 + j] * scale[j];
-      ForHeadPasses(df, G, [&](auto heads, int g0) {
-        TileAccumulate<decltype(heads)::value>(df, rows, wt, g0, d, acc, acc_stride);
-      });
-    } else {
-      for (int g = 0; g < G; ++g) {
-        float* a = acc + g * acc_stride;
-        for (uint32_t j = 0; j < n; ++j) {
-          const auto wv = hn::Set(df, w[static_cast<size_t>(g) * nt + t0 + j] * scale[j]);
-          for (int i = 0; i < d; i += static_cast<int>(N))
-            hn::StoreU(hn::MulAdd(wv, hn::LoadU(df, rows[j] + i), hn::LoadU(df, a + i)), df, a + i);
-        }
+    if (f != PageFormat::kBf16) {
+      for (uint32_t j = 0; j < n; ++j) {
+        const float scale = RowScale(f, meta, t0 + j);
+        for (int g = 0; g < G; ++g) s[static_cast<size_t>(g) * nt + t0 + j] *= scale;
       }
     }
   }
 }
 
-// x[i] <- exp(x[i] - sub) for i < n; returns the sum of the results.
-float ExpSubSum(float* x, size_t n, float sub) {
-  const hn::ScalableTag<float> df;
+// ---- Values ----
+
+constexpr uint32_t kBlock = 16;  // rows per value block
+constexpr int kMaxGroup = 8;
+
+// acc_g[i .. i + N) += sum_j wt[g][j] * row_j[i .. i + N) for the H heads g0 .. g0 + H - 1: each head's
+// output slice stays in registers while the block's n rows stream through it. With few heads, each
+// head sums into C = 8 / H chains (rows dealt round-robin), so at least eight FMAs are in flight and
+// the FMA latency does not serialise the block.
+template <int H, class Dec>
+HWY_INLINE void AccumulateBlock(const Dec dec, const uint8_t* row, size_t row_bytes, uint32_t n,
+                                const float (*wt)[kBlock], int g0, int d, float* acc, size_t acc_stride) {
+  constexpr int C = H >= 8 ? 1 : H >= 4 ? 2 : H >= 2 ? 4 : 8;
+  const DF df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  for (int i = 0; i < d; i += N) {
+    VF a[C][H];
+    for (int h = 0; h < H; ++h) {
+      a[0][h] = hn::LoadU(df, acc + (g0 + h) * acc_stride + i);
+      for (int c = 1; c < C; ++c) a[c][h] = hn::Zero(df);
+    }
+    uint32_t j = 0;
+    for (; j + C <= n; j += C) {
+      for (int c = 0; c < C; ++c) {
+        const VF r = dec(row + (j + c) * row_bytes, i);
+        for (int h = 0; h < H; ++h) a[c][h] = hn::MulAdd(hn::Set(df, wt[g0 + h][j + c]), r, a[c][h]);
+      }
+    }
+    for (; j < n; ++j) {
+      const VF r = dec(row + j * row_bytes, i);
+      for (int h = 0; h < H; ++h) a[0][h] = hn::MulAdd(hn::Set(df, wt[g0 + h][j]), r, a[0][h]);
+    }
+    for (int h = 0; h < H; ++h) {
+      for (int c = 1; c < C; ++c) a[0][h] = hn::Add(a[0][h], a[c][h]);
+      hn::StoreU(a[0][h], df, acc + (g0 + h) * acc_stride + i);
+    }
+  }
+}
+
+template <class Dec>
+HWY_INLINE void AccumulateWith(const Dec& dec, const uint8_t* row, size_t row_bytes, uint32_t n,
+                               const float (*wt)[kBlock], int G, int d, float* acc, size_t acc_stride) {
+  // Heads in passes of at most 8 (the group's limit): 8 outputs, a row and a weight fit 16 registers.
+  switch (G) {
+    case 1:
+      AccumulateBlock<1>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 2:
+      AccumulateBlock<2>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 3:
+      AccumulateBlock<3>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 4:
+      AccumulateBlock<4>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 5:
+      AccumulateBlock<5>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 6:
+      AccumulateBlock<6>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    case 7:
+      AccumulateBlock<7>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+    default:
+      AccumulateBlock<8>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+      break;
+  }
+}
+
+void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
+                    const float* w, int G, int d, float* acc, size_t acc_stride) {
+  const DecodeTq3<> tq3(d);
+  float wt[kMaxGroup][kBlock];  // per head and row: softmax weight times the row's V scale
+  for (uint32_t t0 = 0; t0 < nt; t0 += kBlock) {
+    const uint32_t n = std::min(kBlock, nt - t0);
+    for (uint32_t j = 0; j < n; ++j) {
+      const float scale = RowScale(f, meta, t0 + j);
+      for (int g = 0; g < G; ++g) wt[g][j] = w[static_cast<size_t>(g) * nt + t0 + j] * scale;
+    }
+    const uint8_t* row = codes + t0 * row_bytes;
+    if (f == PageFormat::kBf16) {
+      AccumulateWith(DecodeBf16(), row, row_bytes, n, wt, G, d, acc, acc_stride);
+    } else if (f == PageFormat::kFp8) {
+      if (Fp8RowsHoldNan(row, row_bytes, n, d))
+        AccumulateWith(DecodeFp8Exact(), row, row_bytes, n, wt, G, d, acc, acc_stride);
+      else
+        AccumulateWith(DecodeFp8(), row, row_bytes, n, wt, G, d, acc, acc_stride);
+    } else {
+      AccumulateWith(tq3, row, row_bytes, n, wt, G, d, acc, acc_stride);
+    }
+  }
+}
+
+// x[i] <- exp(x[i] - sub) * mul for i < n; returns the sum of exp(x[i] - sub).
+float ExpSubSum(float* x, size_t n, float sub, float mul) {
+  const DF df;
   const size_t N = hn::Lanes(df);
-  const auto vs = hn::Set(df, sub);
+  const auto vs = hn::Set(df, sub), vm = hn::Set(df, mul);
   auto sum = hn::Zero(df);
   size_t i = 0;
   for (; i + N <= n; i += N) {
     const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vs));
-    hn::StoreU(e, df, x + i);
+    hn::StoreU(hn::Mul(e, vm), df, x + i);
     sum = hn::Add(sum, e);
   }
   float tail = 0.0f;
-  for (; i < n; ++i) tail += (x[i] = std::exp(x[i] - sub));
+  for (; i < n; ++i) {
+    const float e = std::exp(x[i] - sub);
+    tail += e;
+    x[i] = e * mul;
+  }
   return hn::GetLane(hn::SumOfLanes(df, sum)) + tail;
+}
+
+// The largest of x[0 .. n), n >= 1 (NaN when one is NaN).
+float MaxOf(const float* x, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  float m = x[0];
+  size_t i = 0;
+  if (n >= N) {
+    auto v = hn::LoadU(df, x);
+    auto nan = hn::IsNaN(v);
+    for (i = N; i + N <= n; i += N) {
+      const auto xi = hn::LoadU(df, x + i);
+      v = hn::Max(v, xi);
+      nan = hn::Or(nan, hn::IsNaN(xi));
+    }
+    if (!hn::AllFalse(df, nan)) return __builtin_nanf("");
+    m = hn::GetLane(hn::MaxOfLanes(df, v));
+  }
+  for (; i < n; ++i) m = std::isnan(x[i]) ? x[i] : std::max(m, x[i]);
+  return m;
 }
 
 }  // namespace minimakv::attention::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
-
 #if HWY_ONCE
 namespace minimakv::attention::detail {
 
 HWY_EXPORT(PageLogits);
 HWY_EXPORT(PageAccumulate);
 HWY_EXPORT(ExpSubSum);
+HWY_EXPORT(MaxOf);
 
-float exp_sub_sum(float* x, size_t n, float sub) {
-  return HWY_DYNAMIC_DISPATCH(ExpSubSum)(x, n, sub);
+float exp_sub_sum(float* x, size_t n, float sub, float mul) {
+  return HWY_DYNAMIC_DISPATCH(ExpSubSum)(x, n, sub, mul);
+}
+
+float max_of(const float* x, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(MaxOf)(x, n);
 }
 
 void page_logits(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,

@@ -17,7 +17,9 @@ void page_logits(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, co
 void page_accumulate(codec::PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
                      const float* w, int G, int d, float* acc, size_t acc_stride);
 
-// x[i] <- exp(x[i] - sub); returns the sum (vectorised exp).
-float exp_sub_sum(float* x, size_t n, float sub);
+// x[i] <- exp(x[i] - sub) * mul; returns the sum of exp(x[i] - sub) (vectorised exp).
+float exp_sub_sum(float* x, size_t n, float sub, float mul);
+// The largest of x[0 .. n) for n >= 1; NaN when any is NaN.
+float max_of(const float* x, size_t n);
 
 }  // namespace minimakv::attention::detail

@@ -89,8 +89,7 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
         }
         continue;
       }
-      float mp = kNegInf;
-      for (uint32_t t = 0; t < n_r; ++t) mp = std::max(mp, sr[t]);
+      const float mp = detail::max_of(sr, n_r);
       const float m_new = std::max(res.m[r], mp);
       const float c_old = res.m[r] == kNegInf ? 0.0f : std::exp(res.m[r] - m_new);
       if (c_old != 1.0f) {
@@ -99,10 +98,10 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
           accr[r][i] *= c_old;
         }
       }
-      const float lp = detail::exp_sub_sum(sr, n_r, mp);  // the page's own l_p
       const float c_page = std::exp(mp - m_new);
-      for (uint32_t t = 0; t < n_r; ++t) sr[t] *= c_page;  // weights relative to the running max
-      std::fill(sr + n_r, sr + nt, 0.0f);                  // tokens after this row's query
+      // The page's own l_p; the weights left in sr are relative to the running max.
+      const float lp = detail::exp_sub_sum(sr, n_r, mp, c_page);
+      std::fill(sr + n_r, sr + nt, 0.0f);  // tokens after this row's query
       res.l[r] = res.l[r] * c_old + lp * c_page;
       res.m[r] = m_new;
       if (m_page) {

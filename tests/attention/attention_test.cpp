@@ -84,7 +84,9 @@ double rel_l2(std::span<const float> got, std::span<const double> ref) {
 }
 
 enum class Mix { kBf16, kFp8, kTq3, kMixed };
-const char* mix_name(Mix m) { return m == Mix::kBf16 ? "bf16" : m == Mix::kFp8 ? "fp8" : m == Mix::kTq3 ? "tq3" : "mixed"; }
+const char* mix_name(Mix m) {
+  return m == Mix::kBf16 ? "bf16" : m == Mix::kFp8 ? "fp8" : m == Mix::kTq3 ? "tq3" : "mixed";
+}
 
 // (head_dim, GQA ratio, mix)
 class MixedAttention : public ::testing::TestWithParam<std::tuple<int, int, Mix>> {};
@@ -99,10 +101,14 @@ TEST_P(MixedAttention, MatchesFp64ReferenceOverTheSamePages) {
   for (auto& x : pattern) x = coin(rng);
   auto fmt = [&](int p) {
     switch (mix) {
-      case Mix::kBf16: return PageFormat::kBf16;
-      case Mix::kFp8: return PageFormat::kFp8;
-      case Mix::kTq3: return PageFormat::kTq3;
-      default: return pattern[p] == 0 ? PageFormat::kFp8 : PageFormat::kTq3;  // ~27% FP8
+      case Mix::kBf16:
+        return PageFormat::kBf16;
+      case Mix::kFp8:
+        return PageFormat::kFp8;
+      case Mix::kTq3:
+        return PageFormat::kTq3;
+      default:
+        return pattern[p] == 0 ? PageFormat::kFp8 : PageFormat::kTq3;  // ~27% FP8
     }
   };
   Built b = build(rng, d, kv, q_heads, B, tokens, fmt, 3.0f);
@@ -124,8 +130,8 @@ TEST_P(MixedAttention, MatchesFp64ReferenceOverTheSamePages) {
       testing::poison(std::span<float>(out));
       PagePartials parts;
       attend(b.in, qb, out, &parts, opt);
-      EXPECT_LT(rel_l2(out, ref.out), 2e-6) << mix_name(mix) << " d=" << d << " ratio=" << ratio << " n=" << n
-                                            << " variant=" << variant;
+      EXPECT_LT(rel_l2(out, ref.out), 2e-6)
+          << mix_name(mix) << " d=" << d << " ratio=" << ratio << " n=" << n << " variant=" << variant;
       // page scores of the direct path vs the dense reference collector, per (query, page, head)
       double e = 0, nn = 0;
       for (int qi = 0; qi < n; ++qi)
@@ -160,7 +166,8 @@ TEST(MixedAttention, Fp8OnlyIsCloseToUnquantizedAttention) {
   for (int d : {64, 128, 256}) {
     for (bool shared : {false, true}) {
       const int kv = 2, q_heads = 8, tokens = 600;
-      Built b = build(rng, d, kv, q_heads, 32, tokens, [](int) { return PageFormat::kFp8; }, shared ? 3.0f : 0.0f);
+      Built b = build(
+          rng, d, kv, q_heads, 32, tokens, [](int) { return PageFormat::kFp8; }, shared ? 3.0f : 0.0f);
       if (shared) {  // rebuild pages from values with a per-head mean direction
         std::normal_distribution<float> g;
         std::vector<float> mean(static_cast<size_t>(kv) * d);
@@ -198,8 +205,8 @@ TEST(MixedAttention, EverySimdTargetMatchesReference) {
   for (int d : {64, 128, 256}) {
     std::vector<int> pattern(32);
     for (auto& x : pattern) x = static_cast<int>(rng() % 3);
-    Built b = build(rng, d, 2, 8, 16, 16 * 6 + 3,
-                    [&](int p) { return static_cast<PageFormat>(pattern[p]); }, 2.0f);
+    Built b = build(
+        rng, d, 2, 8, 16, 16 * 6 + 3, [&](int p) { return static_cast<PageFormat>(pattern[p]); }, 2.0f);
     std::normal_distribution<float> g;
     std::vector<float> q(static_cast<size_t>(3) * 8 * d), out(q.size());
     for (auto& x : q) x = g(rng);
@@ -247,6 +254,43 @@ TEST(MixedAttention, LaterTokensNeverReachEarlierQueries) {
     EXPECT_LT(rel_l2(std::span<const float>(out).first(earlier), std::span<const double>(ref.out).first(earlier)), 2e-6)
         << codec::to_string(f);
     EXPECT_TRUE(std::isnan(out[earlier])) << "the query at the poisoned position reads it";
+  }
+}
+
+// The FP8 kernels decode by bit arithmetic that maps the E4M3 NaN code to a finite number; tiles that
+// hold one take an exact decoder. On every SIMD target: a NaN key element makes its KV head's outputs
+// NaN; a NaN value element makes exactly that output dimension NaN, and the rest still match the fp64
+// reference.
+TEST(MixedAttention, Fp8NanCodesReachTheOutputOnEveryTarget) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const int d = 128, kv = 2, q_heads = 8, B = 16, tokens = 16 * 4 + 5, G = q_heads / kv;
+  for (bool in_key : {true, false}) {
+    Built b = build(rng, d, kv, q_heads, B, tokens, [](int) { return PageFormat::kFp8; });
+    const codec::PageLayout& L = b.layouts[static_cast<int>(PageFormat::kFp8)];
+    const int token = 16 * 2 + 9, dim = 17;  // kv head 1
+    uint8_t* row = b.bytes[token / B].data() + (in_key ? L.k_codes(1, token % B) : L.v_codes(1, token % B));
+    row[dim] = in_key ? 0x7F : 0xFF;
+    std::normal_distribution<float> g;
+    std::vector<float> q(static_cast<size_t>(q_heads) * d), out(q.size());
+    for (auto& x : q) x = g(rng);
+    const QueryBlock qb{q, 1, static_cast<uint32_t>(tokens - 1)};
+    const ReferenceResult ref = attend_reference(b.in, qb);
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      testing::poison(std::span<float>(out));
+      attend(b.in, qb, out);
+      for (int hq = 0; hq < q_heads; ++hq)
+        for (int i = 0; i < d; ++i) {
+          const size_t at = static_cast<size_t>(hq) * d + i;
+          const bool nan = hq / G == 1 && (in_key || i == dim);
+          ASSERT_EQ(std::isnan(out[at]), nan) << hwy::TargetName(target) << " head " << hq << " dim " << i;
+          if (!nan) {
+            ASSERT_NEAR(out[at], ref.out[at], 2e-5 * (1 + std::abs(ref.out[at])));
+          }
+        }
+    }
+    hwy::SetSupportedTargetsForTest(0);
   }
 }
 
