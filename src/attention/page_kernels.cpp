@@ -120,8 +120,19 @@ class DecodeTq3 {
       const int off = 3 * i / 8, start = std::min(off, row_bytes_ - 16);
       const auto src = hn::LoadDup128(du8, row + start);
       const auto w = hn::BitCast(du32, hn::TableLookupBytesOr0(src, hn::Load(du8, idx_ + 4 * kN * (off - start))));
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
+      // The lane permutes read only the low 4 (AVX-512) or 3 (AVX2) index bits, and the level table
+      // repeats every 8 lanes, so the neighbouring codes above bit 2 need no mask.
+      const auto c = hn::BitCast(di32, hn::Shr(w, shifts_));
+#if HWY_TARGET <= HWY_AVX3
+      return hn::Vec<D>{_mm512_permutexvar_ps(c.raw, levels_.raw)};
+#else
+      return hn::Vec<D>{_mm256_permutevar8x32_ps(levels_.raw, c.raw)};
+#endif
+#else
       const auto c = hn::And(hn::Shr(w, shifts_), hn::Set(du32, 7u));
       return hn::TableLookupLanes(levels_, hn::IndicesFromVec(df, hn::BitCast(di32, c)));
+#endif
     } else {
       float out[kN];
       for (size_t k = 0; k < kN; ++k) {
