@@ -75,7 +75,9 @@ if part cpuattn; then
 import json, sys
 rows = json.load(open(sys.argv[1]))
 for r in rows:
-    print(f"{r['context']:>7} {r['shape']:<16} {r['arm']:<6} t={r['threads']:<3} {r['median_us']:>10.0f} us  {r['gb_per_s']:6.2f} GB/s")
+    v = r["vs_bf16"]
+    print(f"{r['context']:>7} {r['shape']:<12} {r['arm']:<6} t={r['threads']:<3} {r['median_us']:>9.0f} us"
+          f" {r['gb_per_s']:6.2f} GB/s  vs bf16 {v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})")
 PY
 fi
 

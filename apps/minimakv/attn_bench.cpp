@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "minimakv/attention/paged_attention.h"
@@ -34,6 +35,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct Spread {
+  double median, min, max;
+};
+
+std::string ratio_text(const Spread& x) {
+  return fmt::format("{:.2f} ({:.2f}-{:.2f})", x.median, x.min, x.max);
+}
+
 }  // namespace
 
 int run_attn_bench(const AttnBenchOptions& opt) {
@@ -43,10 +52,11 @@ int run_attn_bench(const AttnBenchOptions& opt) {
   nlohmann::json out = nlohmann::json::array();
   if (!opt.json)
     fmt::print(
-        "minimakv attn-bench  seed={}  page={} tokens  reps={}  threads: 1 and {}  (decode, one layer)\n"
-        "{:>7} {:>10} {:<7} {:>4} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
-        opt.seed, opt.page_size, opt.reps, all, "context", "shape", "arm", "thr", "median us", "min us", "max us",
-        "GB/s", "rel err");
+        "minimakv attn-bench  seed={}  page={} tokens  reps={}  threads: 1 and {}  (decode, one layer; arms\n"
+        "round-robin per repetition, ratios paired within a repetition: median (min-max))\n"
+        "{:>7} {:>12} {:<6} {:>4} {:>10} {:>21} {:>7} {:>16} {:>16} {:>8}\n",
+        opt.seed, opt.page_size, opt.reps, all, "context", "shape", "arm", "thr", "median us", "min-max us", "GB/s",
+        "vs bf16", "vs fp8", "rel err");
   for (const Shape sh : {Shape{128, 32, 8}, Shape{256, 24, 4}}) {
     const int d = sh.d, kv = sh.kv_heads, B = opt.page_size;
     std::vector<codec::Rotation> rots;
@@ -108,48 +118,65 @@ int run_attn_bench(const AttnBenchOptions& opt) {
       const attention::QueryBlock qb{q, 1, static_cast<uint32_t>(ctx - 1)};
       std::vector<double> ref;
       if (ctx <= opt.error_max_context) ref = attention::attend_dense_reference(K, V, ctx, kv, sh.q_heads, d, qb);
-      for (Arm& a : arms) {
-        std::vector<float> o(q.size());
-        double err = NAN;
-        attention::attend(a.in, qb, o, nullptr, {0, &pool});
-        if (!ref.empty()) {
-          double e = 0, n = 0;
-          for (size_t i = 0; i < ref.size(); ++i) {
-            e += (o[i] - ref[i]) * (o[i] - ref[i]);
-            n += ref[i] * ref[i];
-          }
-          err = std::sqrt(e / n);
+      std::vector<float> o(q.size());
+      double err[3] = {NAN, NAN, NAN};
+      for (int ai = 0; ai < 3; ++ai) {
+        attention::attend(arms[ai].in, qb, o, nullptr, {0, &pool});
+        if (ref.empty()) continue;
+        double e = 0, n = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          e += (o[i] - ref[i]) * (o[i] - ref[i]);
+          n += ref[i] * ref[i];
         }
-        for (unsigned threads : {1u, all}) {
-          attention::AttendOptions ao;
-          ao.pool = threads > 1 ? &pool : nullptr;
-          if (threads == 1) ao.pages_per_split = 1 << 30;
-          attention::attend(a.in, qb, o, nullptr, ao);  // warm-up
-          std::vector<double> us;
-          const int reps = ctx >= 131072 ? std::max(5, opt.reps / 4) : opt.reps;
-          for (int r = 0; r < reps; ++r) {
+        err[ai] = std::sqrt(e / n);
+      }
+      const std::string shape = fmt::format("d{}/{}q{}kv", d, sh.q_heads, kv);
+      for (unsigned threads : {1u, all}) {
+        attention::AttendOptions ao;
+        ao.pool = threads > 1 ? &pool : nullptr;
+        if (threads == 1) ao.pages_per_split = 1 << 30;
+        for (Arm& a : arms) attention::attend(a.in, qb, o, nullptr, ao);  // warm-up
+        // Round-robin over the arms within each repetition: a slow phase of the machine hits every arm
+        // alike, and each arm's ratio to the others is taken within a repetition (paired).
+        const int reps = ctx >= 131072 ? std::max(5, opt.reps / 4) : opt.reps;
+        std::vector<double> us[3];
+        for (int r = 0; r < reps; ++r)
+          for (int ai = 0; ai < 3; ++ai) {
             const auto t0 = std::chrono::steady_clock::now();
-            attention::attend(a.in, qb, o, nullptr, ao);
-            us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+            attention::attend(arms[ai].in, qb, o, nullptr, ao);
+            us[ai].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
           }
-          const double med = median(us), mn = *std::min_element(us.begin(), us.end()),
-                       mx = *std::max_element(us.begin(), us.end());
-          const double gbs = static_cast<double>(a.bytes) / (med * 1e3);
-          const std::string shape = fmt::format("d{}/{}q{}kv", d, sh.q_heads, kv);
+        const auto ratios = [&](int ai, int base) {
+          std::vector<double> v;
+          for (int r = 0; r < reps; ++r) v.push_back(us[ai][r] / us[base][r]);
+          return Spread{median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
+        };
+        for (int ai = 0; ai < 3; ++ai) {
+          const Arm& a = arms[ai];
+          const Spread t{median(us[ai]), *std::min_element(us[ai].begin(), us[ai].end()),
+                         *std::max_element(us[ai].begin(), us[ai].end())};
+          const Spread vs_bf16 = ratios(ai, 0), vs_fp8 = ratios(ai, 1);
+          const double gbs = static_cast<double>(a.bytes) / (t.median * 1e3);
+          const auto spread = [](const Spread& x) {
+            return nlohmann::json{{"median", x.median}, {"min", x.min}, {"max", x.max}};
+          };
           out.push_back({{"context", ctx},
                          {"shape", shape},
                          {"arm", a.name},
                          {"threads", threads},
-                         {"median_us", med},
-                         {"min_us", mn},
-                         {"max_us", mx},
+                         {"median_us", t.median},
+                         {"min_us", t.min},
+                         {"max_us", t.max},
                          {"bytes_read", a.bytes},
                          {"gb_per_s", gbs},
-                         {"rel_err_vs_fp64", err},
+                         {"vs_bf16", spread(vs_bf16)},
+                         {"vs_fp8", spread(vs_fp8)},
+                         {"rel_err_vs_fp64", std::isnan(err[ai]) ? nlohmann::json() : nlohmann::json(err[ai])},
                          {"reps", reps}});
           if (!opt.json)
-            fmt::print("{:>7} {:>10} {:<7} {:>4} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>12.5f}\n", ctx, shape,
-                       a.name, threads, med, mn, mx, gbs, err);
+            fmt::print("{:>7} {:>12} {:<6} {:>4} {:>10.1f} {:>21} {:>7.2f} {:>16} {:>16} {:>8}\n", ctx, shape, a.name,
+                       threads, t.median, fmt::format("{:.1f}-{:.1f}", t.min, t.max), gbs, ratio_text(vs_bf16),
+                       ratio_text(vs_fp8), std::isnan(err[ai]) ? std::string("-") : fmt::format("{:.5f}", err[ai]));
         }
       }
     }

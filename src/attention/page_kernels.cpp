@@ -192,6 +192,29 @@ HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
   return 1.0f;
 }
 
+// dst[j] = src[j] * (row scale of row t0 + j) for j < n: N scales at a time (FP8: fp32 loads; TQ3:
+// fp16 widened in registers), the tail one by one.
+HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uint32_t n, const float* src, float* dst) {
+  const DF df;
+  const uint32_t N = static_cast<uint32_t>(hn::Lanes(df));
+  uint32_t j = 0;
+  if (f == PageFormat::kFp8) {
+    for (; j + N <= n; j += N) {
+      float scales[hn::MaxLanes(DF())];
+      std::memcpy(scales, meta + 4 * (t0 + j), sizeof(float) * N);
+      hn::StoreU(hn::Mul(hn::LoadU(df, src + j), hn::LoadU(df, scales)), df, dst + j);
+    }
+  } else if (f == PageFormat::kTq3) {
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    for (; j + N <= n; j += N) {
+      hwy::float16_t alpha[hn::MaxLanes(DF())];
+      std::memcpy(alpha, meta + 2 * (t0 + j), sizeof(uint16_t) * N);
+      hn::StoreU(hn::Mul(hn::LoadU(df, src + j), hn::PromoteTo(df, hn::LoadU(df16, alpha))), df, dst + j);
+    }
+  }
+  for (; j < n; ++j) dst[j] = src[j] * RowScale(f, meta, t0 + j);
+}
+
 // ---- Logits ----
 
 constexpr uint32_t kTile = 4;  // rows per logits tile
@@ -310,13 +333,10 @@ void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint
     } else {
       LogitsWith(tq3, codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     }
-    if (f != PageFormat::kBf16) {
-      for (uint32_t j = 0; j < n; ++j) {
-        const float scale = RowScale(f, meta, t0 + j);
-        for (int g = 0; g < G; ++g) s[static_cast<size_t>(g) * nt + t0 + j] *= scale;
-      }
-    }
   }
+  if (f != PageFormat::kBf16)
+    for (int g = 0; g < G; ++g)
+      MulRowScales(f, meta, 0, nt, s + static_cast<size_t>(g) * nt, s + static_cast<size_t>(g) * nt);
 }
 
 // ---- Values ----
@@ -396,9 +416,12 @@ void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const 
   float wt[kMaxGroup][kBlock];  // per head and row: softmax weight times the row's V scale
   for (uint32_t t0 = 0; t0 < nt; t0 += kBlock) {
     const uint32_t n = std::min(kBlock, nt - t0);
-    for (uint32_t j = 0; j < n; ++j) {
-      const float scale = RowScale(f, meta, t0 + j);
-      for (int g = 0; g < G; ++g) wt[g][j] = w[static_cast<size_t>(g) * nt + t0 + j] * scale;
+    for (int g = 0; g < G; ++g) {
+      const float* wg = w + static_cast<size_t>(g) * nt + t0;
+      if (f == PageFormat::kBf16)
+        std::memcpy(wt[g], wg, sizeof(float) * n);
+      else
+        MulRowScales(f, meta, t0, n, wg, wt[g]);
     }
     const uint8_t* row = codes + t0 * row_bytes;
     if (f == PageFormat::kBf16) {
