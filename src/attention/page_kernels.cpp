@@ -105,10 +105,33 @@ class DecodeTq3 {
       shifts_ = hn::BitCast(hn::RebindToUnsigned<D>(), hn::Load(di32, tab().shift));
       levels_ = hn::Load(D(), tab().level);
     }
+#if HWY_TARGET == HWY_AVX3_DL
+    // Bit offsets of code k (byte 4k of the control; the other bytes are unused): 3k, or 3k + 16 when
+    // the load had to start two bytes early.
+    alignas(64) uint8_t ctrl[2][64] = {};
+    for (int k = 0; k < 16; ++k) {
+      ctrl[0][4 * k] = static_cast<uint8_t>(3 * k);
+      ctrl[1][4 * k] = static_cast<uint8_t>(3 * k + 16);
+    }
+    ctrl_[0] = _mm512_load_si512(ctrl[0]);
+    ctrl_[1] = _mm512_load_si512(ctrl[1]);
+#endif
   }
 
   HWY_INLINE hn::Vec<D> operator()(const uint8_t* row, int i) const {
     const D df;
+#if HWY_TARGET == HWY_AVX3_DL
+    // VBMI: the 16 codes are 48 bits of one 8-byte word. Broadcast to every 64-bit lane, one
+    // multishift moves code k's bits to the low byte of 32-bit lane k (the load starts at most at
+    // row_bytes - 8, then the codes sit 16 bits further in), and the permute maps it to its level
+    // (bits above 2 are neighbouring codes, which the 8-periodic table ignores).
+    const int off = 3 * i / 8, start = std::min(off, row_bytes_ - 8);
+    uint64_t word;
+    std::memcpy(&word, row + start, sizeof(word));
+    const __m512i codes = _mm512_multishift_epi64_epi8(off == start ? ctrl_[0] : ctrl_[1],
+                                                       _mm512_set1_epi64(static_cast<long long>(word)));
+    return hn::Vec<D>{_mm512_permutexvar_ps(codes, levels_.raw)};
+#endif
     if constexpr (kShuffle) {
       // N codes are 3N/8 whole bytes. Every 128-bit block gets the same 16 source bytes (LoadDup128);
       // a byte shuffle inside each block gives each 32-bit lane the byte(s) holding its code, a per-lane
@@ -176,6 +199,9 @@ class DecodeTq3 {
   const uint8_t* idx_;
   hn::Vec<hn::RebindToUnsigned<D>> shifts_;
   hn::Vec<D> levels_;
+#if HWY_TARGET == HWY_AVX3_DL
+  __m512i ctrl_[2];
+#endif
 };
 
 HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
