@@ -202,24 +202,29 @@ TEST(MixedAttention, EverySimdTargetMatchesReference) {
   auto rng = testing::rng_for_test();
   const auto targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_GE(targets.size(), 2u);  // at least the scalar fallback and one vector target
-  for (int d : {64, 128, 256}) {
-    std::vector<int> pattern(32);
-    for (auto& x : pattern) x = static_cast<int>(rng() % 3);
-    Built b = build(
-        rng, d, 2, 8, 16, 16 * 6 + 3, [&](int p) { return static_cast<PageFormat>(pattern[p]); }, 2.0f);
-    std::normal_distribution<float> g;
-    std::vector<float> q(static_cast<size_t>(3) * 8 * d), out(q.size());
-    for (auto& x : q) x = g(rng);
-    const QueryBlock qb{q, 3, 16 * 6};
-    const auto ref = attend_reference(b.in, qb);
-    for (int64_t target : targets) {
-      hwy::SetSupportedTargetsForTest(target);
-      testing::poison(std::span<float>(out));
-      attend(b.in, qb, out);
-      EXPECT_LT(rel_l2(out, ref.out), 2e-6) << hwy::TargetName(target) << " d=" << d;
-    }
-    hwy::SetSupportedTargetsForTest(0);
-  }
+  // GQA 1, 3, 4 and 8: the head passes of every register budget (4 or 2 heads per logits pass, 1..8
+  // per value pass) and their remainders; decode (one query) and a chunked-prefill block of three.
+  for (int d : {64, 128, 256})
+    for (int G : {1, 3, 4, 8})
+      for (int n : {1, 3}) {
+        std::vector<int> pattern(32);
+        for (auto& x : pattern) x = static_cast<int>(rng() % 3);
+        const int q_heads = 2 * G;
+        Built b = build(
+            rng, d, 2, q_heads, 16, 16 * 6 + 3, [&](int p) { return static_cast<PageFormat>(pattern[p]); }, 2.0f);
+        std::normal_distribution<float> g;
+        std::vector<float> q(static_cast<size_t>(n) * q_heads * d), out(q.size());
+        for (auto& x : q) x = g(rng);
+        const QueryBlock qb{q, n, static_cast<uint32_t>(16 * 6 + 3 - n)};
+        const auto ref = attend_reference(b.in, qb);
+        for (int64_t target : targets) {
+          hwy::SetSupportedTargetsForTest(target);
+          testing::poison(std::span<float>(out));
+          attend(b.in, qb, out);
+          EXPECT_LT(rel_l2(out, ref.out), 2e-6) << hwy::TargetName(target) << " d=" << d << " G=" << G << " n=" << n;
+        }
+        hwy::SetSupportedTargetsForTest(0);
+      }
 }
 
 // Causality holds even for values a query must not see: a NaN in a later token's V (a broken model
