@@ -7,8 +7,8 @@
 #                                        # (scripts/gpu-pack.sh makes such a dir, with the shared libraries they need)
 # QUICK=1 runs the shorter benchmark. PARTS picks the parts (default: all of
 # "tests sanitizer parity sdpa engine decode"; "cpuattn" adds the CPU attention benchmark on the GPU
-# machine's host cores, ATTN_CONTEXTS picks its contexts); ENGINE_CONTEXTS, ENGINE_BATCHES, ENGINE_REPS and
-# ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs) go to $OUT when set, else to
+# machine's host cores, ATTN_CONTEXTS and ATTN_REPS pick its contexts and repetitions); ENGINE_CONTEXTS,
+# ENGINE_BATCHES, ENGINE_REPS and ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs) go to $OUT when set, else to
 # build/gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +69,7 @@ fi
 
 if part cpuattn; then
   echo "== CPU attention on the host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  "$BUILD/apps/minimakv/minimakv" attn-bench --contexts ${ATTN_CONTEXTS:-32768 131072} --reps 10 --seed 5 \
+  "$BUILD/apps/minimakv/minimakv" attn-bench --contexts ${ATTN_CONTEXTS:-32768 131072} --reps ${ATTN_REPS:-10} --seed 5 \
     --error-max-context 0 --json >"$OUT/cpu-attn.json"
   python3 - "$OUT/cpu-attn.json" <<'PY'
 import json, sys
