@@ -66,6 +66,7 @@ BENCHMARK(BM_DecodeStep)
     ->ArgNames({"fmt", "d", "G", "tokens"})
     ->ArgsProduct({{0, 1, 2}, {128, 256}, {4}, {1024}})
     ->ArgsProduct({{0, 1, 2}, {128}, {1, 8}, {1024}})
+    ->ArgsProduct({{0, 1, 2}, {256}, {6}, {1024}})
     ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); })
     ->Unit(benchmark::kMicrosecond);
 

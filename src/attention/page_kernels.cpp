@@ -245,9 +245,9 @@ HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uin
 
 constexpr uint32_t kTile = 4;  // rows per logits tile
 
-// Heads per pass over a logits tile: 4 x H accumulators, the tile's rows and a query vector must fit
-// the register file (32 vector registers with AVX-512, 16 below it).
-constexpr int kLogitHeads = hn::MaxLanes(DF()) >= 16 ? 4 : 2;
+// Heads per pass over a logits tile: 4 x H accumulators, the tile's rows, a query vector and the
+// decoder's tables must fit the register file (32 vector registers with AVX-512, 16 below it).
+constexpr int kLogitHeads = hn::MaxLanes(DF()) >= 16 ? 6 : 2;
 
 // The four lane sums of a, b, c, e stored at out[0..3].
 template <class D>
@@ -325,9 +325,12 @@ HWY_INLINE void LogitsWith(const Dec& dec, const uint8_t* codes, size_t row_byte
     for (uint32_t j = 0; j < n; ++j) LogitsRow(dec, row + j * row_bytes, q, q_stride, G, d, s + t0 + j, nt);
     return;
   }
-  for (int g0 = 0; g0 < G; g0 += kLogitHeads) {
-    float* st = s + t0;
-    switch (std::min(kLogitHeads, G - g0)) {
+  // As few passes as the register budget allows, with the heads dealt evenly (AVX-512: 8 = 4 + 4).
+  const int passes = (G + kLogitHeads - 1) / kLogitHeads;
+  float* st = s + t0;
+  for (int p = 0, g0 = 0; p < passes; ++p) {
+    const int h = (G - g0 + passes - p - 1) / (passes - p);
+    switch (h) {
       case 1:
         LogitsTile<1>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
         break;
@@ -337,10 +340,17 @@ HWY_INLINE void LogitsWith(const Dec& dec, const uint8_t* codes, size_t row_byte
       case 3:
         LogitsTile<std::min(3, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
         break;
+      case 4:
+        LogitsTile<std::min(4, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
+      case 5:
+        LogitsTile<std::min(5, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
+        break;
       default:
         LogitsTile<kLogitHeads>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
         break;
     }
+    g0 += h;
   }
 }
 

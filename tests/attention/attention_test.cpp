@@ -202,7 +202,7 @@ TEST(MixedAttention, EverySimdTargetMatchesReference) {
   auto rng = testing::rng_for_test();
   const auto targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_GE(targets.size(), 2u);  // at least the scalar fallback and one vector target
-  // GQA 1, 3, 4 and 8: the head passes of every register budget (4 or 2 heads per logits pass, 1..8
+  // GQA 1, 3, 4 and 8: the head passes of every register budget (6 or 2 heads per logits pass, 1..8
   // per value pass) and their remainders; decode (one query) and a chunked-prefill block of three.
   for (int d : {64, 128, 256})
     for (int G : {1, 3, 4, 8})
