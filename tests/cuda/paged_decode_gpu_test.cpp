@@ -4,6 +4,7 @@
 // error paths and the byte accounting of the instrumentation.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -109,13 +110,16 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
     }
   }
   // FP8 and TQ3 splits run on tensor cores: their operands are exact (fp16 codes; the query and the
-  // probabilities as hi + lo fp16 terms), but an MMA's sum is truncated, not rounded to nearest, so the
-  // output sits 1-2.2e-5 from the fp64 reference over splits of up to 2,048 tokens (measured on an
-  // H200; the CPU's fp32 kernel: about 3.5e-6). The prefill kernel, with single fp16 probabilities, is
-  // held to 3e-3.
-  constexpr double kTol = 4e-5;
-  EXPECT_LE(r.gpu_vs_ref, kTol) << "GPU vs fp64 reference";
-  EXPECT_LE(r.gpu_vs_cpu, kTol) << "GPU vs CPU mixed kernel";
+  // probabilities as hi + lo fp16 terms), but an MMA's sum is truncated, not rounded to nearest, and the
+  // error grows with the tokens a split sums. Measured on an H200 over nine seeds (the CPU's fp32
+  // kernel: about 1e-6): 128-token splits 0.4-1.5e-5 from the fp64 reference, 512 0.8-2.7e-5, 2,048
+  // 0.1-5.8e-5. The bound grows like the square root of the longest split, 2.5e-5 at 128 tokens
+  // (1e-4 at 2,048). The prefill kernel, with single fp16 probabilities, is held to 3e-3.
+  int longest = 0;
+  for (const auto& sp : plan.splits) longest = std::max(longest, sp.tok_end - sp.tok_begin);
+  const double tol = 2.5e-5 * std::sqrt(std::max(1.0, longest / 128.0));
+  EXPECT_LE(r.gpu_vs_ref, tol) << "GPU vs fp64 reference";
+  EXPECT_LE(r.gpu_vs_cpu, tol) << "GPU vs CPU mixed kernel";
   if (scores) {
     EXPECT_LE(r.score_err, 1e-5) << "page scores vs the fp64 collector";
     EXPECT_LE(r.device_score_err, 1e-6) << "device page scores vs attention::page_scores";
@@ -144,11 +148,11 @@ TEST(GpuDecode, PageSizesAndSplitsFromSixteenToTwoThousandTokens) {
   auto rng = testing::rng_for_test();
   for (int B : {16, 128, 832, 2048}) {
     auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {5000, 2 * B + 7, 1}, testing::random_format_mix(rng));
-    for (int split : {128, 512}) {
+    for (int split : {128, 512, 0}) {
       SCOPED_TRACE("B=" + std::to_string(B) + " split=" + std::to_string(split));
-      run_case(rng, s, 8, split, false);
+      const auto r = run_case(rng, s, 8, split, split == 0);
+      std::printf("B=%d split=%d: gpu-ref %.2e gpu-cpu %.2e\n", B, split, r.gpu_vs_ref, r.gpu_vs_cpu);
     }
-    run_case(rng, s, 8, 0, true);
   }
 }
 
