@@ -1,15 +1,16 @@
 // SIMD inner loops of paged attention, compiled for every attainable x86 target (EMU128 scalar
-// fallback, SSSE3, SSE4, AVX2, AVX-512) through Google Highway and chosen at run time.
+// fallback, SSSE3, SSE4, AVX2, AVX-512, AVX3_DL) through Google Highway and chosen at run time.
 //
 // Decoding is fused into the arithmetic: a row's codes are turned into one vector of floats at a time
-// (BF16: widen and shift; FP8: two shifts, a mask and an exponent rebias; TQ3: 3-bit codes unpacked by
-// an in-block byte shuffle and a per-lane shift, then a register table of Lloyd-Max levels) and used at
-// once by every query head of the GQA group, so no decoded row is ever stored and read back.
-//  - Logits: tiles of four rows; each head keeps four accumulators in registers, and the sixteen dot
-//    products of a tile are reduced together (two interleave levels and a block fold) rather than one
-//    horizontal sum each.
+// (BF16: widen and shift; FP8: sign-extend, shift, mask and an exponent rebias; TQ3: 3-bit codes
+// unpacked by an in-block byte shuffle and a per-lane shift, or one VBMI multishift on AVX3_DL, then a
+// register table of Lloyd-Max levels) and used at once by every query head of the GQA group, so no
+// decoded row is ever stored and read back.
+//  - Logits: tiles of four rows; up to six heads (two below AVX-512) keep four accumulators each in
+//    registers, and a tile's dot products are reduced together (two interleave levels and a block
+//    fold) rather than one horizontal sum each.
 //  - Values: blocks of 16 rows; for each vector-wide slice of the head dimension every head's output
-//    slice stays in a register while the block's rows stream through it.
+//    slice stays in registers while the block's rows stream through it.
 // FP8's NaN code (S.1111.111) is the one case the bit arithmetic does not map; a tile or block that
 // holds one takes the exact decoder, so a NaN in the cache still reaches the output as NaN.
 #undef HWY_TARGET_INCLUDE
@@ -281,7 +282,8 @@ HWY_INLINE void StoreSums4(D df, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::V
 #endif
 }
 
-// s[g * nt + j] = <q_g, row_j> for the four rows at `row` and the H heads g0 .. g0 + H - 1.
+// s[g * nt + j] = <q_g, row_j> for the four rows at `row` and the H heads g0 .. g0 + H - 1. The decoder
+// is taken by value, so its tables live in registers (stores through s cannot alias a local copy).
 template <int H, class Dec>
 HWY_INLINE void LogitsTile(const Dec dec, const uint8_t* row, size_t row_bytes, const float* q, size_t q_stride, int g0,
                            int d, float* s, size_t nt) {
@@ -380,10 +382,11 @@ void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint
 constexpr uint32_t kBlock = 16;  // rows per value block
 constexpr int kMaxGroup = 8;
 
-// acc_g[i .. i + N) += sum_j wt[g][j] * row_j[i .. i + N) for the H heads g0 .. g0 + H - 1: each head's
-// output slice stays in registers while the block's n rows stream through it. With few heads, each
-// head sums into C = 8 / H chains (rows dealt round-robin), so at least eight FMAs are in flight and
-// the FMA latency does not serialise the block.
+// acc_g[i .. i + N) += sum_j wt[g][j] * row_j[i .. i + N) for the H heads g0 .. g0 + H - 1 (decoder by
+// value, as in LogitsTile): each head's output slice stays in registers while the block's n rows stream
+// through it. With fewer than 8 heads, each head sums into C chains (8, 4, 2 for 1, 2-3, 4-7 heads;
+// rows dealt round-robin), so at least eight FMAs are in flight and their latency does not serialise
+// the block.
 template <int H, class Dec>
 HWY_INLINE void AccumulateBlock(const Dec dec, const uint8_t* row, size_t row_bytes, uint32_t n,
                                 const float (*wt)[kBlock], int g0, int d, float* acc, size_t acc_stride) {
@@ -417,7 +420,8 @@ HWY_INLINE void AccumulateBlock(const Dec dec, const uint8_t* row, size_t row_by
 template <class Dec>
 HWY_INLINE void AccumulateWith(const Dec& dec, const uint8_t* row, size_t row_bytes, uint32_t n,
                                const float (*wt)[kBlock], int G, int d, float* acc, size_t acc_stride) {
-  // Heads in passes of at most 8 (the group's limit): 8 outputs, a row and a weight fit 16 registers.
+  // One pass over all G <= 8 heads: at most 14 accumulators (H x C), a row and a weight fit the 16
+  // registers of AVX2.
   switch (G) {
     case 1:
       AccumulateBlock<1>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
