@@ -242,6 +242,16 @@ HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uin
   for (; j < n; ++j) dst[j] = src[j] * RowScale(f, meta, t0 + j);
 }
 
+// Calls fn(std::integral_constant<int, H>()) for the run-time head count h, H = min(h, kMax) >= 1:
+// the kernels keep per-head registers, so their head count must be a compile-time constant.
+template <int kMax, class Fn>
+HWY_INLINE void WithHeadCount(int h, const Fn& fn) {
+  if constexpr (kMax > 1) {
+    if (h < kMax) return WithHeadCount<kMax - 1>(h, fn);
+  }
+  fn(std::integral_constant<int, kMax>());
+}
+
 // ---- Logits ----
 
 constexpr uint32_t kTile = 4;  // rows per logits tile
@@ -332,26 +342,8 @@ HWY_INLINE void LogitsWith(const Dec& dec, const uint8_t* codes, size_t row_byte
   float* st = s + t0;
   for (int p = 0, g0 = 0; p < passes; ++p) {
     const int h = (G - g0 + passes - p - 1) / (passes - p);
-    switch (h) {
-      case 1:
-        LogitsTile<1>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-      case 2:
-        LogitsTile<2>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-      case 3:
-        LogitsTile<std::min(3, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-      case 4:
-        LogitsTile<std::min(4, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-      case 5:
-        LogitsTile<std::min(5, kLogitHeads)>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-      default:
-        LogitsTile<kLogitHeads>(dec, row, row_bytes, q, q_stride, g0, d, st, nt);
-        break;
-    }
+    WithHeadCount<kLogitHeads>(
+        h, [&](auto heads) { LogitsTile<decltype(heads)::value>(dec, row, row_bytes, q, q_stride, g0, d, st, nt); });
     g0 += h;
   }
 }
@@ -422,32 +414,9 @@ HWY_INLINE void AccumulateWith(const Dec& dec, const uint8_t* row, size_t row_by
                                const float (*wt)[kBlock], int G, int d, float* acc, size_t acc_stride) {
   // One pass over all G <= 8 heads: at most 14 accumulators (H x C), a row and a weight fit the 16
   // registers of AVX2.
-  switch (G) {
-    case 1:
-      AccumulateBlock<1>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 2:
-      AccumulateBlock<2>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 3:
-      AccumulateBlock<3>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 4:
-      AccumulateBlock<4>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 5:
-      AccumulateBlock<5>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 6:
-      AccumulateBlock<6>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    case 7:
-      AccumulateBlock<7>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-    default:
-      AccumulateBlock<8>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
-      break;
-  }
+  WithHeadCount<kMaxGroup>(G, [&](auto heads) {
+    AccumulateBlock<decltype(heads)::value>(dec, row, row_bytes, n, wt, 0, d, acc, acc_stride);
+  });
 }
 
 void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
