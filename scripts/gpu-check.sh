@@ -8,8 +8,8 @@
 # QUICK=1 runs the shorter benchmark. PARTS picks the parts (default: all of
 # "tests sanitizer parity sdpa engine decode"; "cpuattn" adds the CPU attention benchmark on the GPU
 # machine's host cores, ATTN_CONTEXTS and ATTN_REPS pick its contexts and repetitions); ENGINE_CONTEXTS,
-# ENGINE_BATCHES, ENGINE_REPS and ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs) go to $OUT when set, else to
-# build/gpu-results.
+# ENGINE_BATCHES, ENGINE_REPS and ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs)
+# go to $OUT when set, else to build/gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PARTS=" ${PARTS:-tests sanitizer parity sdpa engine decode} "
