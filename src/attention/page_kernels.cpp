@@ -219,27 +219,36 @@ HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
   return 1.0f;
 }
 
-// dst[j] = src[j] * (row scale of row t0 + j) for j < n: N scales at a time (FP8: fp32 loads; TQ3:
-// fp16 widened in registers), the tail one by one.
-HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uint32_t n, const float* src, float* dst) {
+// dst[g * dst_stride + j] = src[g * src_stride + j] * (row scale of row t0 + j) for j < n and the G
+// heads g: N scales at a time (FP8: fp32 loads; TQ3: fp16 widened in registers), each vector of scales
+// read once for all heads; the tail one by one.
+HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uint32_t n, int G, const float* src,
+                             size_t src_stride, float* dst, size_t dst_stride) {
   const DF df;
   const uint32_t N = static_cast<uint32_t>(hn::Lanes(df));
+  const auto apply = [&](VF scales, uint32_t j) {
+    for (int g = 0; g < G; ++g)
+      hn::StoreU(hn::Mul(hn::LoadU(df, src + g * src_stride + j), scales), df, dst + g * dst_stride + j);
+  };
   uint32_t j = 0;
   if (f == PageFormat::kFp8) {
     for (; j + N <= n; j += N) {
       float scales[hn::MaxLanes(DF())];
       std::memcpy(scales, meta + 4 * (t0 + j), sizeof(float) * N);
-      hn::StoreU(hn::Mul(hn::LoadU(df, src + j), hn::LoadU(df, scales)), df, dst + j);
+      apply(hn::LoadU(df, scales), j);
     }
   } else if (f == PageFormat::kTq3) {
     const hn::Rebind<hwy::float16_t, DF> df16;
     for (; j + N <= n; j += N) {
       hwy::float16_t alpha[hn::MaxLanes(DF())];
       std::memcpy(alpha, meta + 2 * (t0 + j), sizeof(uint16_t) * N);
-      hn::StoreU(hn::Mul(hn::LoadU(df, src + j), hn::PromoteTo(df, hn::LoadU(df16, alpha))), df, dst + j);
+      apply(hn::PromoteTo(df, hn::LoadU(df16, alpha)), j);
     }
   }
-  for (; j < n; ++j) dst[j] = src[j] * RowScale(f, meta, t0 + j);
+  for (; j < n; ++j) {
+    const float scale = RowScale(f, meta, t0 + j);
+    for (int g = 0; g < G; ++g) dst[g * dst_stride + j] = src[g * src_stride + j] * scale;
+  }
 }
 
 // Calls fn(std::integral_constant<int, H>()) for the run-time head count h, H = min(h, kMax) >= 1:
@@ -364,9 +373,7 @@ void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint
       LogitsWith(tq3, codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     }
   }
-  if (f != PageFormat::kBf16)
-    for (int g = 0; g < G; ++g)
-      MulRowScales(f, meta, 0, nt, s + static_cast<size_t>(g) * nt, s + static_cast<size_t>(g) * nt);
+  if (f != PageFormat::kBf16) MulRowScales(f, meta, 0, nt, G, s, nt, s, nt);
 }
 
 // ---- Values ----
@@ -425,12 +432,10 @@ void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const 
   float wt[kMaxGroup][kBlock];  // per head and row: softmax weight times the row's V scale
   for (uint32_t t0 = 0; t0 < nt; t0 += kBlock) {
     const uint32_t n = std::min(kBlock, nt - t0);
-    for (int g = 0; g < G; ++g) {
-      const float* wg = w + static_cast<size_t>(g) * nt + t0;
-      if (f == PageFormat::kBf16)
-        std::memcpy(wt[g], wg, sizeof(float) * n);
-      else
-        MulRowScales(f, meta, t0, n, wg, wt[g]);
+    if (f == PageFormat::kBf16) {
+      for (int g = 0; g < G; ++g) std::memcpy(wt[g], w + static_cast<size_t>(g) * nt + t0, sizeof(float) * n);
+    } else {
+      MulRowScales(f, meta, t0, n, G, w + t0, nt, wt[0], kBlock);
     }
     const uint8_t* row = codes + t0 * row_bytes;
     if (f == PageFormat::kBf16) {

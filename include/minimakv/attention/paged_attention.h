@@ -3,10 +3,10 @@
 // Owns: the CPU kernels of decode (one query) and chunked prefill (a block of queries with a causal
 // mask). All query heads of a GQA group are processed together, so each K/V row is decoded once and
 // used by the whole group; in chunked prefill, by up to 8 / G consecutive queries of the block as well
-// (8 (query, head) rows per decoded row, each with its own causal limit). FP8 and BF16 rows are decoded and dotted directly; for TQ3 pages the query is
-// rotated once per KV head (q' = R q) and dotted against the rotated codes, values are accumulated in the
-// rotated domain, and the accumulated output is rotated back once per split. No dense copy of the cache
-// is ever made.
+// (8 (query, head) rows per decoded row, each with its own causal limit). FP8 and BF16 rows are decoded
+// and dotted directly; for TQ3 pages the query is rotated once per KV head (q' = R q) and dotted against
+// the rotated codes, values are accumulated in the rotated domain, and the accumulated output is rotated
+// back once per split. No dense copy of the cache is ever made.
 // Softmax partials use the NATURAL logarithm: a partition j reports m_j = max logit and
 // l_j = sum exp(s - m_j) and a normalised output O_j; partitions merge as m = max m_j,
 // l = sum exp(m_j - m) l_j, O = sum exp(m_j - m) l_j O_j / l (libraries using log2 differ).
@@ -38,17 +38,17 @@ struct PageView {
 };
 
 struct LayerInput {
-  std::vector<PageView> pages;                                   // logical order
+  std::vector<PageView> pages;                                             // logical order
   std::array<const codec::PageLayout*, codec::kNumPageFormats> layouts{};  // one per format present
-  std::span<const codec::Rotation> rotations;                    // per KV head (needed for TQ3 pages)
+  std::span<const codec::Rotation> rotations;                              // per KV head (needed for TQ3 pages)
   int q_heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  float softmax_scale = 0.0f;                                    // 0 means 1/sqrt(head_dim)
+  float softmax_scale = 0.0f;  // 0 means 1/sqrt(head_dim)
 };
 
 struct QueryBlock {
-  std::span<const float> q;     // [n][q_heads][head_dim]
+  std::span<const float> q;  // [n][q_heads][head_dim]
   int n = 1;
   uint32_t first_position = 0;  // query i attends to positions <= first_position + i
 };
