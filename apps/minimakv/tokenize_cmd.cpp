@@ -2,7 +2,11 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
+#include <stdexcept>
+#include <vector>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -10,19 +14,36 @@
 
 namespace minimakv::app {
 
-int run_tokenize(const std::string& model_dir) {
+int run_tokenize(const std::string& model_dir, int reps) {
   const auto tok = model::Tokenizer::load(model_dir + "/tokenizer.json");
   const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  const auto texts = nlohmann::json::parse(input);
+  nlohmann::json texts;
+  try {
+    texts = nlohmann::json::parse(input);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("tokenize: stdin is not valid JSON: ") + e.what());
+  }
   if (!texts.is_array()) throw std::invalid_argument("tokenize: stdin must hold a JSON array of strings");
   nlohmann::json out;
   out["ids"] = nlohmann::json::array();
   out["roundtrip"] = nlohmann::json::array();
   for (const auto& t : texts) {
+    if (!t.is_string()) throw std::invalid_argument("tokenize: stdin must hold a JSON array of strings");
     const std::string s = t.get<std::string>();
     const auto ids = tok.encode(s);
     out["ids"].push_back(ids);
     out["roundtrip"].push_back(tok.decode(ids) == s);
+    if (reps > 0) {  // median wall time of `reps` further encodings of this string
+      std::vector<double> secs;
+      for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto again = tok.encode(s);
+        secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (again != ids) throw std::logic_error("tokenize: encoding is not deterministic");
+      }
+      std::sort(secs.begin(), secs.end());
+      out["seconds"].push_back(secs[secs.size() / 2]);
+    }
   }
   fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return 0;

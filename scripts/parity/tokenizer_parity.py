@@ -3,7 +3,8 @@
 
 For the shipped tokenizer and for a GPT-2-style byte-level BPE trained here with `tokenizers`, encode a
 few thousand varied strings (Unicode, emoji, whitespace runs, digits, code, special tokens) with both
-and require identical ids and exact decode round trips. Exits non-zero on any difference.
+(and long runs without a space, up to 20,000 characters) and require identical ids and exact decode
+round trips. Exits non-zero on any difference.
   tokenizer_parity.py --bin build/release/apps/minimakv/minimakv [--cases 3000] [--seed 1]
 """
 import argparse
@@ -35,6 +36,19 @@ def cases(n, seed):
             p = rng.choice(PIECES) if rng.random() < 0.8 else "".join(chr(rng.randint(32, 0x2FFF)) for _ in range(rng.randint(1, 5)))
             s += p + (rng.choice(["", " ", "  ", "\n", "\t"]) if rng.random() < 0.5 else "")
         out.append(s)
+    return out
+
+
+def long_words(seed):
+    """Runs without a space (one pre-tokenizer piece each), where the merge order over thousands of
+    symbols is exercised: letters from small and full alphabets, digits, one CJK character, mixed
+    scripts, up to 20,000 characters."""
+    rng = random.Random(seed + 1)
+    out = []
+    for alphabet in ["a", "ab", "aeinrst", "abcdefghijklmnopqrstuvwxyz", "0123456789", "\u6587\u5b57",
+                     "аеиостн", "e\u0301x", "😀a"]:
+        for n in (rng.randint(500, 2000), rng.randint(5000, 20000)):
+            out.append("".join(rng.choice(alphabet) for _ in range(n)))
     return out
 
 
@@ -75,7 +89,7 @@ def main():
     ap.add_argument("--cases", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    texts = cases(args.cases, args.seed)
+    texts = cases(args.cases, args.seed) + long_words(args.seed)
     bad = check(args.bin, os.path.join(ROOT, "models", "minima-qwen3-23m"), texts, "shipped Qwen-style")
     with tempfile.TemporaryDirectory() as d:
         train_gpt2_style(texts[: args.cases // 2], os.path.join(d, "tokenizer.json"))

@@ -131,73 +131,107 @@ class Regex {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// A symbol of a word being merged: a vocabulary id in a doubly linked list over the word's positions.
+struct Symbol {
+  int32_t id;
+  int32_t prev, next;  // -1 at the ends
+  bool gone;           // merged into its left neighbour
+};
+
+// A candidate merge of the symbol at `pos` with its right neighbour. The heap pops the lowest rank
+// first and, among equal ranks, the leftmost position, which is the order the reference library
+// applies merges in (and equals "merge every occurrence of the best pair, left to right").
+struct Candidate {
+  int32_t rank, pos, merged_id;
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+constexpr uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
   std::string name;
   std::unordered_map<std::string, int32_t> vocab;
   std::vector<std::string> id_to_token;
-  std::unordered_map<std::string, int32_t> ranks;  // "left\nright" -> rank
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left id, right id) -> (rank, merged id)
+  std::array<int32_t, 256> byte_id{};                // id of each byte's one-character token, -1 if none
   std::vector<std::pair<std::string, int32_t>> added;  // longest first
   std::unique_ptr<Regex> split_re;                 // Split pre-tokenizer
   std::unique_ptr<Regex> bytelevel_re;             // ByteLevel(use_regex = true)
   bool add_prefix_space = false;
   bool ignore_merges = false;
+  size_t max_token_bytes = 1;  // the longest token's byte length: n bytes encode to at least n / this many ids
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+  static constexpr size_t kCachedPieceBytes = 256;  // longer pieces are rare and would bloat the cache
+
+  // Merges the bytes of one pre-tokenized piece by rank: O(n log n) for n bytes, through a heap of
+  // candidate merges over a linked list of symbols (a stale candidate is skipped when popped).
+  void merge_word(std::string_view piece, std::vector<int32_t>& ids) const {
+    std::vector<Symbol> sym(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) {
+      const int32_t id = byte_id[static_cast<unsigned char>(piece[i])];
+      if (id < 0) fail(name, "symbol '" + alphabet().to_unicode[static_cast<unsigned char>(piece[i])] + "' is not in the vocabulary");
+      sym[i] = {id, static_cast<int32_t>(i) - 1, i + 1 < piece.size() ? static_cast<int32_t>(i + 1) : -1, false};
+    }
+    std::vector<Candidate> heap;
+    heap.reserve(piece.size());
+    auto consider = [&](int32_t pos) {
+      const int32_t next = sym[static_cast<size_t>(pos)].next;
+      if (next < 0) return;
+      auto it = merges.find(pair_key(sym[static_cast<size_t>(pos)].id, sym[static_cast<size_t>(next)].id));
+      if (it == merges.end()) return;
+      heap.push_back({it->second.first, pos, it->second.second});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    };
+    for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) consider(i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const Candidate c = heap.back();
+      heap.pop_back();
+      Symbol& left = sym[static_cast<size_t>(c.pos)];
+      if (left.gone || left.next < 0) continue;
+      const Symbol& right = sym[static_cast<size_t>(left.next)];
+      auto it = merges.find(pair_key(left.id, right.id));
+      if (it == merges.end() || it->second.second != c.merged_id) continue;  // the pair has changed since
+      const int32_t gone = left.next;
+      left.id = c.merged_id;
+      left.next = right.next;
+      sym[static_cast<size_t>(gone)].gone = true;
+      if (left.next >= 0) sym[static_cast<size_t>(left.next)].prev = c.pos;
+      if (left.prev >= 0) consider(left.prev);
+      consider(c.pos);
+    }
+    for (size_t i = 0; i < sym.size(); i = sym[i].next < 0 ? sym.size() : static_cast<size_t>(sym[i].next))
+      ids.push_back(sym[i].id);
+  }
 
   void bpe(std::string_view piece, std::vector<int32_t>& out) const {
-    std::string mapped;
-    for (unsigned char b : piece) mapped += alphabet().to_unicode[b];
-    {
+    const bool cacheable = piece.size() <= kCachedPieceBytes;
+    std::string key;
+    if (cacheable || ignore_merges) {
+      for (unsigned char b : piece) key += alphabet().to_unicode[b];
       std::lock_guard lock(cache_mu);
-      if (auto it = cache.find(mapped); it != cache.end()) {
+      if (auto it = cache.find(key); cacheable && it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
       }
     }
     std::vector<int32_t> ids;
     if (ignore_merges) {
-      if (auto it = vocab.find(mapped); it != vocab.end()) ids.push_back(it->second);
+      if (auto it = vocab.find(key); it != vocab.end()) ids.push_back(it->second);
     }
-    if (ids.empty()) {
-      std::vector<std::string> sym = utf8_chars(mapped);
-      for (;;) {
-        int best = std::numeric_limits<int>::max();
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < sym.size(); ++i) {
-          auto it = ranks.find(sym[i] + '\n' + sym[i + 1]);
-          if (it != ranks.end() && it->second < best) {
-            best = it->second;
-            at = i;
-          }
-        }
-        if (best == std::numeric_limits<int>::max()) break;
-        const std::string left = sym[at], right = sym[at + 1];
-        std::vector<std::string> next;
-        next.reserve(sym.size());
-        for (size_t i = 0; i < sym.size(); ++i) {  // merge every occurrence, left to right
-          if (i + 1 < sym.size() && sym[i] == left && sym[i + 1] == right) {
-            next.push_back(left + right);
-            ++i;
-          } else {
-            next.push_back(sym[i]);
-          }
-        }
-        sym.swap(next);
-      }
-      for (const auto& s : sym) {
-        auto it = vocab.find(s);
-        if (it == vocab.end()) fail(name, "symbol '" + s + "' is not in the vocabulary");
-        ids.push_back(it->second);
-      }
-    }
+    if (ids.empty()) merge_word(piece, ids);
     out.insert(out.end(), ids.begin(), ids.end());
+    if (!cacheable) return;
     std::lock_guard lock(cache_mu);
-    if (cache.size() < 200000) cache.emplace(std::move(mapped), std::move(ids));
+    if (cache.size() < 200000) cache.emplace(std::move(key), std::move(ids));
   }
 
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  void encode_text(std::string_view text, std::vector<int32_t>& out, size_t limit) const {
     std::string prefixed;
     if (add_prefix_space && !text.empty() && text.front() != ' ') {
       prefixed = " " + std::string(text);
@@ -216,7 +250,10 @@ struct Tokenizer::Impl {
     } else {
       pieces.push_back(text);
     }
-    for (auto p : pieces) bpe(p, out);
+    for (auto p : pieces) {
+      if (out.size() > limit) return;  // the caller only needs to know the limit was passed
+      bpe(p, out);
+    }
   }
 };
 
@@ -240,92 +277,139 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& name)
   } catch (const nlohmann::json::exception& e) {
     fail(name, std::string("not valid JSON: ") + e.what());
   }
-  auto impl = std::make_unique<Impl>();
-  impl->name = name;
-  const auto& m = j.value("model", nlohmann::json::object());
-  if (m.value("type", std::string()) != "BPE") fail(name, "unsupported tokenizer model '" + m.value("type", std::string("?")) + "' (supported: BPE)");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    fail(name, "unsupported normalizer '" + j["normalizer"].value("type", std::string("?")) + "' (supported: none)");
-  impl->ignore_merges = m.value("ignore_merges", false);
-  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) impl->vocab[it.key()] = it.value().get<int32_t>();
-  int32_t rank = 0;
-  for (const auto& mg : m["merges"]) {
-    std::string a, b;
-    if (mg.is_string()) {
-      const std::string s = mg.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos) fail(name, "malformed merge '" + s + "'");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else if (mg.is_array() && mg.size() == 2) {
-      a = mg[0].get<std::string>();
-      b = mg[1].get<std::string>();
-    } else {
-      fail(name, "malformed merge entry");
+  if (!j.is_object()) fail(name, "not a JSON object");
+  std::unique_ptr<Impl> impl;
+  try {  // a field of the wrong JSON type is a malformed file, named as such
+    impl = std::make_unique<Impl>();
+    impl->name = name;
+    const auto& m = j.value("model", nlohmann::json::object());
+    if (!m.is_object()) fail(name, "'model' is not an object");
+    if (m.value("type", std::string()) != "BPE") fail(name, "unsupported tokenizer model '" + m.value("type", std::string("?")) + "' (supported: BPE)");
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      fail(name, "unsupported normalizer '" + j["normalizer"].value("type", std::string("?")) + "' (supported: none)");
+    impl->ignore_merges = m.value("ignore_merges", false);
+    for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) impl->vocab[it.key()] = it.value().get<int32_t>();
+    int32_t rank = 0;
+    for (const auto& mg : m.value("merges", nlohmann::json::array())) {
+      std::string a, b;
+      if (mg.is_string()) {
+        const std::string s = mg.get<std::string>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos) fail(name, "malformed merge '" + s + "'");
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (mg.is_array() && mg.size() == 2) {
+        a = mg[0].get<std::string>();
+        b = mg[1].get<std::string>();
+      } else {
+        fail(name, "malformed merge entry");
+      }
+      const auto ia = impl->vocab.find(a), ib = impl->vocab.find(b), iab = impl->vocab.find(a + b);
+      if (ia == impl->vocab.end() || ib == impl->vocab.end() || iab == impl->vocab.end())
+        fail(name, "merge '" + a + " " + b + "' uses a token that is not in the vocabulary");
+      impl->merges.emplace(pair_key(ia->second, ib->second), std::make_pair(rank++, iab->second));
     }
-    impl->ranks.emplace(a + '\n' + b, rank++);
-  }
-  size_t max_id = 0;
-  for (const auto& [t, id] : impl->vocab) max_id = std::max(max_id, static_cast<size_t>(id));
-  for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
-    const auto id = a["id"].get<int32_t>();
-    const auto content = a["content"].get<std::string>();
-    impl->added.emplace_back(content, id);
-    max_id = std::max(max_id, static_cast<size_t>(id));
-  }
-  std::sort(impl->added.begin(), impl->added.end(),
-            [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
-  impl->id_to_token.resize(max_id + 1);
-  for (const auto& [t, id] : impl->vocab) impl->id_to_token[id] = t;
-  const auto pre = j.value("pre_tokenizer", nlohmann::json());
-  auto use_component = [&](const nlohmann::json& p) {
-    const std::string type = p.value("type", std::string());
-    if (type == "Split") {
-      if (!p.contains("pattern") || !p["pattern"].contains("Regex")) fail(name, "Split pre-tokenizer without a Regex pattern");
-      if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false))
-        fail(name, "unsupported Split behaviour (supported: Isolated, invert false)");
-      impl->split_re = std::make_unique<Regex>(p["pattern"]["Regex"].get<std::string>(), name);
-    } else if (type == "ByteLevel") {
-      impl->add_prefix_space = p.value("add_prefix_space", false);
-      if (p.value("use_regex", true)) impl->bytelevel_re = std::make_unique<Regex>(kGpt2Pattern, name);
-    } else {
-      fail(name, "unsupported pre-tokenizer '" + type + "' (supported: Split, ByteLevel, Sequence of them)");
+    for (int b = 0; b < 256; ++b) {
+      auto it = impl->vocab.find(alphabet().to_unicode[static_cast<size_t>(b)]);
+      impl->byte_id[static_cast<size_t>(b)] = it == impl->vocab.end() ? -1 : it->second;
     }
-  };
-  if (pre.is_object()) {
-    if (pre.value("type", std::string()) == "Sequence")
-      for (const auto& p : pre["pretokenizers"]) use_component(p);
-    else
-      use_component(pre);
+    size_t max_id = 0;
+    for (const auto& [t, id] : impl->vocab) {
+      if (id < 0) fail(name, "token '" + t + "' has a negative id");
+      max_id = std::max(max_id, static_cast<size_t>(id));
+      impl->max_token_bytes = std::max(impl->max_token_bytes, utf8_chars(t).size());  // one byte per character
+    }
+    for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+      const auto id = a.at("id").get<int32_t>();
+      const auto content = a.at("content").get<std::string>();
+      if (id < 0) fail(name, "added token '" + content + "' has a negative id");
+      if (content.empty()) fail(name, "added token " + std::to_string(id) + " is empty");
+      impl->added.emplace_back(content, id);
+      impl->max_token_bytes = std::max(impl->max_token_bytes, content.size());
+      max_id = std::max(max_id, static_cast<size_t>(id));
+    }
+    std::sort(impl->added.begin(), impl->added.end(),
+              [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+    impl->id_to_token.resize(max_id + 1);
+    for (const auto& [t, id] : impl->vocab) impl->id_to_token[id] = t;
+    const auto pre = j.value("pre_tokenizer", nlohmann::json());
+    auto use_component = [&](const nlohmann::json& p) {
+      const std::string type = p.value("type", std::string());
+      if (type == "Split") {
+        if (!p.contains("pattern") || !p["pattern"].contains("Regex")) fail(name, "Split pre-tokenizer without a Regex pattern");
+        if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false))
+          fail(name, "unsupported Split behaviour (supported: Isolated, invert false)");
+        impl->split_re = std::make_unique<Regex>(p["pattern"]["Regex"].get<std::string>(), name);
+      } else if (type == "ByteLevel") {
+        impl->add_prefix_space = p.value("add_prefix_space", false);
+        if (p.value("use_regex", true)) impl->bytelevel_re = std::make_unique<Regex>(kGpt2Pattern, name);
+      } else {
+        fail(name, "unsupported pre-tokenizer '" + type + "' (supported: Split, ByteLevel, Sequence of them)");
+      }
+    };
+    if (pre.is_object()) {
+      if (pre.value("type", std::string()) == "Sequence")
+        for (const auto& p : pre.at("pretokenizers")) use_component(p);
+      else
+        use_component(pre);
+    }
+    const auto dec = j.value("decoder", nlohmann::json());
+    if (!dec.is_null() && dec.value("type", std::string()) != "ByteLevel")
+      fail(name, "unsupported decoder '" + dec.value("type", std::string("?")) + "' (supported: ByteLevel)");
+  } catch (const nlohmann::json::exception& e) {
+    fail(name, std::string("malformed tokenizer.json: ") + e.what());
   }
-  const auto dec = j.value("decoder", nlohmann::json());
-  if (!dec.is_null() && dec.value("type", std::string()) != "ByteLevel")
-    fail(name, "unsupported decoder '" + dec.value("type", std::string("?")) + "' (supported: ByteLevel)");
   return Tokenizer(std::move(impl));
+}
+
+// Splits on added tokens and encodes the text between them, stopping once `out` holds more than `limit`
+// ids. Each added token's next occurrence is found once and reused until the scan passes it, so a text
+// full of special tokens costs O(bytes x added tokens), not a rescan of the rest per occurrence.
+void Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out, size_t limit) const {
+  const auto& added = impl_->added;
+  std::vector<size_t> next(added.size(), 0);
+  std::vector<bool> stale(added.size(), true);
+  size_t pos = 0;
+  while (pos < text.size() && out.size() <= limit) {
+    // leftmost added token, longest first at equal positions (the list is sorted longest first)
+    size_t best = std::string_view::npos;
+    size_t hit = added.size();
+    for (size_t a = 0; a < added.size(); ++a) {
+      if (stale[a] || (next[a] != std::string_view::npos && next[a] < pos)) {
+        next[a] = text.find(added[a].first, pos);
+        stale[a] = false;
+      }
+      if (next[a] != std::string_view::npos && next[a] < best) {
+        best = next[a];
+        hit = a;
+      }
+    }
+    const size_t end = hit < added.size() ? best : text.size();
+    if (end > pos) impl_->encode_text(text.substr(pos, end - pos), out, limit);
+    if (hit == added.size() || out.size() > limit) break;
+    out.push_back(added[hit].second);
+    pos = best + added[hit].first.size();
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    // leftmost added token, longest first at equal positions
-    size_t best = std::string_view::npos;
-    const std::pair<std::string, int32_t>* hit = nullptr;
-    for (const auto& a : impl_->added) {
-      const size_t f = text.find(a.first, pos);
-      if (f != std::string_view::npos && (f < best || (f == best && hit && a.first.size() > hit->first.size()))) {
-        best = f;
-        hit = &a;
-      }
-    }
-    const size_t end = hit ? best : text.size();
-    if (end > pos) impl_->encode_text(text.substr(pos, end - pos), out);
-    if (!hit) break;
-    out.push_back(hit->second);
-    pos = best + hit->first.size();
-  }
+  encode_into(text, out, std::numeric_limits<size_t>::max() - 1);
   return out;
 }
+
+std::optional<std::vector<int32_t>> Tokenizer::encode_bounded(std::string_view text, size_t max_tokens) const {
+  // A token holds at most max_token_bytes bytes, so a longer text cannot fit: rejected unread.
+  if (max_tokens < std::numeric_limits<size_t>::max() / impl_->max_token_bytes &&
+      text.size() > max_tokens * impl_->max_token_bytes)
+    return std::nullopt;
+  std::vector<int32_t> out;
+  encode_into(text, out, max_tokens);
+  if (out.size() > max_tokens) return std::nullopt;
+  return out;
+}
+
+size_t Tokenizer::max_token_bytes() const { return impl_->max_token_bytes; }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string bytes;
