@@ -34,6 +34,21 @@ DType parse_dtype(const std::string& s, const std::string& file, const std::stri
   if (it == k.end()) fail(file, "tensor '" + tensor + "' has unknown dtype '" + s + "'");
   return it->second;
 }
+// JSON allows an object to name a key twice and nlohmann keeps the last; in a checkpoint that hides a
+// tensor, so the parse records the first repeated key of any object in `duplicate`.
+nlohmann::json parse_json_unique(std::string_view text, std::string& duplicate) {
+  std::vector<std::set<std::string>> open;  // the keys seen so far in each enclosing object
+  auto on_event = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) open.emplace_back();
+    else if (event == E::object_end) open.pop_back();
+    else if (event == E::key && !open.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  return nlohmann::json::parse(text, on_event);
+}
+
 }  // namespace
 
 size_t dtype_size(DType t) {
@@ -110,14 +125,17 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];
   if (n > kMaxHeader) fail(file, "header length " + std::to_string(n) + " exceeds the limit of 100000000 bytes");
   if (n > bytes.size() - 8) fail(file, "header length " + std::to_string(n) + " runs past the end of the file");
+  if (n == 0) fail(file, "header length is 0: the file has no header");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), n);
-  if (text.empty() || text.front() != '{') fail(file, "header is not a JSON object");
+  if (text.front() != '{') fail(file, "header is not a JSON object");
   nlohmann::json j;
+  std::string duplicate;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_unique(text, duplicate);
   } catch (const nlohmann::json::exception& e) {
     fail(file, std::string("header is not valid JSON: ") + e.what());
   }
+  if (!duplicate.empty()) fail(file, "header names '" + duplicate + "' twice");
   if (!j.is_object()) fail(file, "header is not a JSON object");
   SafetensorsHeader h;
   h.data_offset = 8 + n;
@@ -156,6 +174,9 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> bytes, const std::s
     t.begin = off[0].get<size_t>();
     t.end = off[1].get<size_t>();
     if (t.end < t.begin) fail(file, "tensor '" + name + "' data_offsets end before they begin");
+    if (t.end > data_size)
+      fail(file, "tensor '" + name + "' data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                     ") run past the end of the data region (" + std::to_string(data_size) + " bytes)");
     if (numel > std::numeric_limits<size_t>::max() / dtype_size(t.dtype))
       fail(file, "tensor '" + name + "' byte size overflows");
     if (t.end - t.begin != numel * dtype_size(t.dtype))
@@ -233,11 +254,13 @@ std::span<const uint8_t> SafetensorsFile::data(const TensorInfo& t) const {
 
 std::map<std::string, std::string> parse_checkpoint_index(std::string_view text, const std::string& file) {
   nlohmann::json j;
+  std::string duplicate;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_unique(text, duplicate);
   } catch (const nlohmann::json::exception& e) {
     fail(file, std::string("not valid JSON: ") + e.what());
   }
+  if (!duplicate.empty()) fail(file, "names '" + duplicate + "' twice");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) fail(file, "no weight_map object");
   std::map<std::string, std::string> out;
   const auto& wm = j["weight_map"];

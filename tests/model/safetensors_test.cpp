@@ -81,7 +81,7 @@ TEST(Safetensors, RejectsEveryMalformedVariant) {
   expect_fault(with([](auto& k) { k["a"]["dtype"] = "Q4"; }), "unknown dtype");
   expect_fault(with([](auto& k) { k["a"]["shape"] = {2, -3}; }), "negative or non-integer dimension");
   expect_fault(with([](auto& k) { k["a"]["data_offsets"] = {0, 10}; }), "shape and dtype need");
-  expect_fault(with([](auto& k) { k["b"]["data_offsets"] = {14, 30}; }), "contiguous");
+  expect_fault(with([](auto& k) { k["b"]["data_offsets"] = {10, 26}; }), "contiguous");
   expect_fault(with([](auto& k) { k["a"]["data_offsets"] = {12, 0}; }), "end before they begin");
   expect_fault(with([](auto& k) { k["__metadata__"]["x"] = 3; }), "is not a string");
   expect_fault(with([](auto& k) { k["b"].erase("shape"); }), "needs dtype, shape and data_offsets");
@@ -90,6 +90,13 @@ TEST(Safetensors, RejectsEveryMalformedVariant) {
   expect_fault(image(h, extra), "data region holds");
   std::vector<uint8_t> bad_utf8 = image("{\"\xff\xfe\": 1}", {});
   expect_fault(bad_utf8, "not valid JSON");
+  // Each of these is named as what it is, not through a later symptom.
+  expect_fault(image("", d), "header length is 0");
+  const std::string a = R"("a": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]})";
+  expect_fault(image("{" + a + ", " + a + "}", std::vector<uint8_t>(12)), "names 'a' twice");
+  expect_fault(image(R"({"__metadata__": {"k": "1", "k": "2"}})", {}), "names 'k' twice");
+  expect_fault(with([](auto& k) { k["b"]["data_offsets"] = {12, 4000}; k["b"]["shape"] = {997}; }),
+               "run past the end of the data region (28 bytes)");
 }
 
 TEST(Safetensors, FuzzedHeadersNeverCrash) {
@@ -228,6 +235,53 @@ TEST(Config, LlamaWithRopeScalingAndDefaults) {
   }
 }
 
+// A field of the wrong JSON type or out of range is an error naming the field: never replaced by the
+// default (a string "0.5" for rms_norm_eps used to run with 1e-6), never a misleading message.
+TEST(Config, WrongTypesAndRangesNameTheField) {
+  const auto base = nlohmann::json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 100,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2})");
+  ASSERT_NO_THROW(parse_config(base.dump(), "c.json"));
+  auto expect_named = [&](const char* key, const nlohmann::json& value, const std::string& fragment) {
+    auto j = base;
+    j[key] = value;
+    try {
+      parse_config(j.dump(), "c.json");
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("'") + key + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+      EXPECT_NE(msg.find("c.json"), std::string::npos) << msg;
+    }
+  };
+  expect_named("rms_norm_eps", "0.5", "must be a number");
+  expect_named("rms_norm_eps", 0.0, "must be positive");
+  expect_named("rope_theta", "abc", "must be a number");
+  expect_named("rope_theta", -1.0, "must be positive");
+  expect_named("hidden_size", 64.5, "must be an integer");
+  expect_named("hidden_size", 64.0, "must be an integer");
+  expect_named("hidden_size", "64", "must be an integer");
+  expect_named("num_hidden_layers", -2, "non-negative");
+  expect_named("vocab_size", true, "must be an integer");
+  expect_named("max_position_embeddings", int64_t{1} << 40, "larger than");
+  expect_named("tie_word_embeddings", "yes", "must be true or false");
+  expect_named("eos_token_id", "2", "token id");
+  expect_named("eos_token_id", nlohmann::json::array({1, "x"}), "token id");
+  expect_named("bos_token_id", -1, "token id");
+  expect_named("rope_scaling", "llama3", "must be an object");
+  auto j = base;
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", "8"}};
+  EXPECT_THROW(parse_config(j.dump(), "c.json"), ConfigError);
+  j["rope_parameters"] = {{"rope_type", 3}};
+  EXPECT_THROW(parse_config(j.dump(), "c.json"), ConfigError);
+  // Numbers of the right type still parse, integers included where floats are expected.
+  j = base;
+  j["rms_norm_eps"] = 1;
+  j["rope_theta"] = 1000000;
+  EXPECT_DOUBLE_EQ(parse_config(j.dump(), "c.json").rms_norm_eps, 1.0);
+}
+
 }  // namespace
 }  // namespace minimakv::model
 
@@ -242,7 +296,7 @@ TEST(CheckpointIndex, ParsesTheWeightMapAndRejectsEscapesAndMalformedText) {
   for (const char* bad :
        {R"({"weight_map": {"a": "../x.safetensors"}})", R"({"weight_map": {"a": "dir/x.safetensors"}})",
         R"({"weight_map": {"a": ""}})", R"({"weight_map": {"a": 3}})", R"({"weight_map": []})", R"([1, 2])",
-        R"({"weight_map": {"a": "x")", ""}) {
+        R"({"weight_map": {"a": "x")", "", R"({"weight_map": {"a": "s1.safetensors", "a": "s2.safetensors"}})"}) {
     try {
       parse_checkpoint_index(bad, "index.json");
       ADD_FAILURE() << "accepted: " << bad;
