@@ -39,6 +39,24 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
   return p[keep - 1].second;
 }
 
+void validate(const GenerateOptions& opt) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument("generate: " + what); };
+  if (!std::isfinite(opt.temperature) || opt.temperature < 0.0f || opt.temperature > 100.0f)
+    bad("temperature must be a finite number in [0, 100], got " + std::to_string(opt.temperature));
+  if (!std::isfinite(opt.top_p) || opt.top_p <= 0.0f || opt.top_p > 1.0f)
+    bad("top_p must be a finite number in (0, 1], got " + std::to_string(opt.top_p));
+  if (opt.max_new_tokens < 0) bad("max_new_tokens must be non-negative, got " + std::to_string(opt.max_new_tokens));
+  if (opt.tokens_per_page < 1) bad("tokens_per_page must be positive, got " + std::to_string(opt.tokens_per_page));
+  if (opt.prefill_chunk < 1) bad("prefill_chunk must be positive, got " + std::to_string(opt.prefill_chunk));
+  if (opt.checkpoint_interval < 0)
+    bad("checkpoint_interval must be non-negative, got " + std::to_string(opt.checkpoint_interval));
+  const float beta = opt.controller.ewma_beta, floor = opt.controller.min_anchor_score;
+  if (!std::isfinite(beta) || beta < 0.0f || beta >= 1.0f) bad("ewma_beta must be in [0, 1), got " + std::to_string(beta));
+  if (!std::isfinite(floor)) bad("min_anchor_score must be finite");
+  for (int l : opt.protected_layers)
+    if (l < 0) bad("protected layer " + std::to_string(l) + " is negative");
+}
+
 namespace {
 
 // Prefill (from the sequence's current length) and decode on an existing sequence.
@@ -66,6 +84,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
     checkpoint();
     if (opt.on_prefill_progress) opt.on_prefill_progress(std::min(rest.size(), p + chunk), rest.size());
   }
+  if (opt.keep_prompt_logits) r.prompt_logits = logits;
   const auto t1 = std::chrono::steady_clock::now();
   uint64_t rng_state = opt.seed;
   for (int i = 0; i < opt.max_new_tokens; ++i) {
@@ -91,6 +110,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
+  validate(opt);
   const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
   auto sc = model.store_config(opt.mode, opt.tokens_per_page, total);
   sc.protected_layers = opt.protected_layers;
@@ -107,6 +127,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
                                            const GenerateOptions& opt, attention::ThreadPool* pool,
                                            const std::function<void(size_t, int32_t)>& on_token) {
   if (prompts.empty()) throw std::invalid_argument("generate_batch: no prompts");
+  validate(opt);
   size_t total = 0;
   for (const auto& p : prompts) {
     if (p.empty()) throw std::invalid_argument("generate_batch: empty prompt");
@@ -142,6 +163,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
       checkpoint();
     }
     res[i].prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (opt.keep_prompt_logits) res[i].prompt_logits = logits[i];
   }
   const auto t1 = std::chrono::steady_clock::now();
   std::vector<uint64_t> rng(prompts.size(), opt.seed);
@@ -187,7 +209,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
 
 Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
     : model_(model),
-      opt_(std::move(opt)),
+      opt_((validate(opt), std::move(opt))),
       store_(model.make_store([&] {
         auto sc = model.store_config(opt_.mode, opt_.tokens_per_page, capacity_tokens);
         sc.protected_layers = opt_.protected_layers;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "minimakv/backend/cpu_ops.h"
@@ -163,6 +164,82 @@ TEST(Engine, SamplingIsSeededAndTopPRestricts) {
   for (float x : logits) z += std::exp(x - m);
   const int top = argmax(logits);
   EXPECT_NEAR(counts[top] / static_cast<double>(draws), std::exp(logits[top] - m) / z, 0.02);
+}
+
+// --prompt-logits (and any logits a server returns) must be the ones the run decodes from: in minima
+// mode after the chunked prefill and its retier checkpoints, not a fresh single pass (which equals fp8).
+TEST(Engine, PromptLogitsAreWhatTheRunDecodesFrom) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model& m = shipped();
+  const auto ids = m.tokenizer().encode(needle_prompt(std::to_string(1000000 + rng() % 9000000)));
+  attention::ThreadPool pool(2);
+  GenerateOptions o = needle_options(cache::KvMode::kMinima);
+  o.keep_prompt_logits = true;
+  o.max_new_tokens = 1;
+  const auto r = generate(m, ids, o, &pool);
+  ASSERT_EQ(r.prompt_logits.size(), static_cast<size_t>(m.config().vocab_size));
+  ASSERT_EQ(r.tokens.size(), 1u);
+  EXPECT_EQ(argmax(r.prompt_logits), r.tokens[0]);  // greedy: the first token is drawn from them
+  // The same chunks and checkpoints, driven by hand.
+  auto sc = m.store_config(o.mode, o.tokens_per_page, ids.size() + 1);
+  const auto store = m.make_store(sc);
+  policy::TierController ctl(o.controller);
+  const auto seq = store->create_sequence();
+  std::vector<float> want;
+  const std::span<const int32_t> all(ids);
+  for (size_t p = 0; p < ids.size(); p += static_cast<size_t>(o.prefill_chunk)) {
+    want = m.forward(*store, seq, all.subspan(p, std::min<size_t>(o.prefill_chunk, ids.size() - p)), &pool);
+    const std::vector<cache::SeqId> seqs{seq};
+    ctl.checkpoint(*store, seqs);
+  }
+  EXPECT_EQ(r.prompt_logits, want);
+  // ... and not the logits of one fresh FP8 pass over the prompt, which the CLI used to report.
+  const auto fresh_store = m.make_store(m.store_config(cache::KvMode::kFp8, o.tokens_per_page, ids.size()));
+  const auto fresh = m.forward(*fresh_store, fresh_store->create_sequence(), ids, &pool);
+  double diff = 0;
+  for (size_t i = 0; i < fresh.size(); ++i) diff = std::max(diff, std::abs(static_cast<double>(fresh[i] - want[i])));
+  EXPECT_GT(diff, 0.0);
+}
+
+// Options that are not finite or out of range are rejected, naming the option, before any store is
+// touched (CLI11's range checks let NaN through; a server's JSON can carry anything).
+TEST(Engine, RejectsNonFiniteAndOutOfRangeOptions) {
+  const Model& m = shipped();
+  const std::vector<int32_t> ids{1, 2, 3};
+  auto expect_named = [&](auto edit, const std::string& name) {
+    GenerateOptions o;
+    o.max_new_tokens = 2;
+    edit(o);
+    for (int path = 0; path < 3; ++path) {
+      try {
+        if (path == 0) generate(m, ids, o);
+        if (path == 1) generate_batch(m, std::vector<std::vector<int32_t>>{ids}, o);
+        if (path == 2) Session(m, o, 64);
+        ADD_FAILURE() << name << " accepted (path " << path << ")";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      }
+    }
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  expect_named([&](GenerateOptions& o) { o.temperature = nan; }, "temperature");
+  expect_named([&](GenerateOptions& o) { o.temperature = inf; }, "temperature");
+  expect_named([&](GenerateOptions& o) { o.temperature = -1; }, "temperature");
+  expect_named([&](GenerateOptions& o) { o.top_p = nan; }, "top_p");
+  expect_named([&](GenerateOptions& o) { o.top_p = 0; }, "top_p");
+  expect_named([&](GenerateOptions& o) { o.top_p = 1.5f; }, "top_p");
+  expect_named([&](GenerateOptions& o) { o.max_new_tokens = -1; }, "max_new_tokens");
+  expect_named([&](GenerateOptions& o) { o.tokens_per_page = 0; }, "tokens_per_page");
+  expect_named([&](GenerateOptions& o) { o.prefill_chunk = 0; }, "prefill_chunk");
+  expect_named([&](GenerateOptions& o) { o.checkpoint_interval = -5; }, "checkpoint_interval");
+  expect_named([&](GenerateOptions& o) { o.controller.ewma_beta = nan; }, "ewma_beta");
+  expect_named([&](GenerateOptions& o) { o.protected_layers = {-1}; }, "protected layer");
+  GenerateOptions ok;
+  ok.max_new_tokens = 1;
+  ok.temperature = 0.7f;
+  ok.top_p = 0.9f;
+  EXPECT_NO_THROW(generate(m, ids, ok));
 }
 
 TEST(Engine, RejectsBadInput) {

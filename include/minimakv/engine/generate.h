@@ -29,7 +29,13 @@ struct GenerateOptions {
   uint64_t seed = 0;                  // sampling is reproducible for a given seed
   std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
   std::function<void(size_t done, size_t total)> on_prefill_progress;  // after each prefill chunk
+  bool keep_prompt_logits = false;  // GenerateResult::prompt_logits: what the first token is drawn from
 };
+
+// Throws std::invalid_argument naming the first option that is not finite or out of range (a NaN
+// temperature or top_p, a page of 0 tokens, ...). generate(), generate_batch() and Session check it
+// before they touch a store, so a bad request changes nothing.
+void validate(const GenerateOptions& opt);
 
 // Picks the next token: argmax when temperature <= 0, else a seeded draw from the temperature-scaled
 // softmax restricted to the top-p nucleus.
@@ -40,6 +46,9 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
   std::vector<double> step_seconds;  // wall time of each decode forward pass (and its checkpoint)
   cache::Accounting accounting;  // at the end, before the sequence is finished
+  // With keep_prompt_logits: the logits after the whole prompt, from the same forward passes, mode and
+  // retier checkpoints that the generated tokens came from (the first token is sampled from these).
+  std::vector<float> prompt_logits;
 };
 
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
