@@ -38,7 +38,12 @@ void add_forward_stats(nlohmann::json& j, const backend::ForwardStats& s) {
 // --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
 int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt,
               attention::ThreadPool& pool) {
-  for (const auto& p : opt.batch_prompts) prompts.push_back(model.tokenizer().encode(p));
+  const auto context = static_cast<size_t>(model.config().max_position_embeddings);
+  for (const auto& p : opt.batch_prompts) {
+    auto ids = model.tokenizer().encode_bounded(p, context - static_cast<size_t>(opt.gen.max_new_tokens));
+    if (!ids) throw std::invalid_argument("generate: an --also prompt does not fit the model's context with the new tokens");
+    prompts.push_back(std::move(*ids));
+  }
   for (const auto& p : prompts)
     if (p.empty() || p.size() + static_cast<size_t>(opt.gen.max_new_tokens) >
                          static_cast<size_t>(model.config().max_position_embeddings))
@@ -53,11 +58,13 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
     j["kv"] = opt.kv;
     j["device"] = model.backend().describe();
     j["batch"] = rs.size();
-    for (size_t i = 0; i < rs.size(); ++i)
+    for (size_t i = 0; i < rs.size(); ++i) {
       j["results"].push_back({{"prompt_tokens", prompts[i].size()},
                               {"tokens", rs[i].tokens},
                               {"text", model.tokenizer().decode(rs[i].tokens)},
                               {"prefill_s", rs[i].prefill_seconds}});
+      if (opt.prompt_logits) j["results"].back()["prompt_logits"] = rs[i].prompt_logits;
+    }
     j["decode_s"] = rs[0].decode_seconds;
     add_step_times(j, rs[0].step_seconds);
     j["decode_tokens_per_s"] = static_cast<double>(generated) / rs[0].decode_seconds;
@@ -81,6 +88,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
 }  // namespace
 
 int run_generate(GenerateCmdOptions opt) {
+  // Everything a request can get wrong is checked before the model is loaded.
   if (opt.kv == "bf16")
     opt.gen.mode = cache::KvMode::kBf16;
   else if (opt.kv == "fp8")
@@ -89,23 +97,42 @@ int run_generate(GenerateCmdOptions opt) {
     opt.gen.mode = cache::KvMode::kMinima;
   else
     throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
-  const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device));
-  if (opt.prompt.empty() == opt.prompt_file.empty())
+  if (opt.prompt_given == !opt.prompt_file.empty())
     throw std::invalid_argument("generate: give exactly one of --prompt and --prompt-file");
+  if (opt.prompt_given && opt.prompt.empty()) throw std::invalid_argument("generate: --prompt is empty");
+  if (opt.batch < 1) throw std::invalid_argument("generate: --batch must be at least 1");
+  if (opt.prompt_logits && !opt.json) throw std::invalid_argument("generate: --prompt-logits needs --json");
+  engine::validate(opt.gen);
+  const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device));
+  const auto context = static_cast<size_t>(model->config().max_position_embeddings);
+  const size_t budget = static_cast<size_t>(opt.gen.max_new_tokens);
+  if (budget >= context)
+    throw std::invalid_argument("generate: " + std::to_string(budget) + " new tokens leave no room for a prompt in the " +
+                                "model's context of " + std::to_string(context));
   std::string text = opt.prompt;
   if (!opt.prompt_file.empty()) {
     std::ifstream f(opt.prompt_file, std::ios::binary);
     if (!f) throw std::invalid_argument("generate: cannot read " + opt.prompt_file);
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (text.empty()) throw std::invalid_argument("generate: " + opt.prompt_file + " is empty");
   }
+  std::vector<int32_t> encoded;
   if (opt.prompt_tokens > 0) {  // about 4 bytes per token: encode only what the prompts can use
     size_t cut = (opt.prompt_tokens + 997 * static_cast<size_t>(opt.batch)) * 8;
     if (text.size() > cut) {
       while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // at a code point
       text.resize(cut);
     }
+    encoded = model->tokenizer().encode(text);
+  } else {
+    // The prompt is used whole, so it must fit: encoding stops (or never starts) once it cannot.
+    auto ids = model->tokenizer().encode_bounded(text, context - budget);
+    if (!ids)
+      throw std::invalid_argument("generate: the prompt (" + std::to_string(text.size()) + " bytes) plus " +
+                                  std::to_string(budget) + " new tokens exceeds the model's context of " +
+                                  std::to_string(context) + " tokens");
+    encoded = std::move(*ids);
   }
-  const auto encoded = model->tokenizer().encode(text);
   if (encoded.empty()) throw std::invalid_argument("generate: the prompt encodes to no tokens");
   // Prompt i starts 997 i tokens into the text, cut or repeated cyclically to --prompt-tokens.
   auto prompt_at = [&](size_t i) {
@@ -123,7 +150,7 @@ int run_generate(GenerateCmdOptions opt) {
                                 std::to_string(model->config().max_position_embeddings));
   attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
   if (opt.ignore_eos) opt.gen.stop_ids = {-1};  // no token id matches
-  if (opt.batch < 1) throw std::invalid_argument("generate: --batch must be at least 1");
+  opt.gen.keep_prompt_logits = opt.prompt_logits;
   if (!opt.batch_prompts.empty() || opt.batch > 1) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < opt.batch; ++i) prompts.push_back(prompt_at(static_cast<size_t>(i)));
@@ -164,10 +191,7 @@ int run_generate(GenerateCmdOptions opt) {
     j["reconciled"] = a.reconciled;
     add_attention_stats(j, model->backend().attention_stats());
     add_forward_stats(j, model->backend().forward_stats());
-    if (opt.prompt_logits) {
-      const auto store = model->make_store(model->store_config(opt.gen.mode, opt.gen.tokens_per_page, ids.size()));
-      j["prompt_logits"] = model->forward(*store, store->create_sequence(), ids, &pool);
-    }
+    if (opt.prompt_logits) j["prompt_logits"] = r.prompt_logits;
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print(

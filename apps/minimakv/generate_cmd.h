@@ -11,6 +11,7 @@ namespace minimakv::app {
 struct GenerateCmdOptions {
   std::string model = "models/minima-qwen3-23m";
   std::string prompt;
+  bool prompt_given = false;  // --prompt was on the command line (possibly as "")
   std::string prompt_file;  // alternative to prompt
   size_t prompt_tokens = 0;  // > 0: cut or cyclically repeat the prompt's tokens to exactly this many
   int batch = 1;             // > 1: this many prompts decoded together, each starting further into the text

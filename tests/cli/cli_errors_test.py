@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Bad input to the CLI gets a clear error naming the option or field, in well under a second.
+
+Each case runs `minimakv` as a user would and requires: a non-zero exit, a message on stderr that
+contains the expected fragment (the option, the field, the limit), and a wall time under one second
+(the time to reject: no case may tokenize or load more than it needs). Also checks that the CLI finds
+the embedded model and data from another working directory.
+  cli_errors_test.py --bin build/release/apps/minimakv/minimakv [--time-limit 1.0]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "minima-qwen3-23m")
+
+
+def run(binary, args, cwd=None, limit=1.0):
+    t0 = time.perf_counter()
+    r = subprocess.run([binary] + args, capture_output=True, cwd=cwd, timeout=limit * 20)
+    return r, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--time-limit", type=float, default=1.0, help="seconds per case (sanitizer builds are slower)")
+    args = ap.parse_args()
+    binary = os.path.abspath(args.bin)
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rng = random.Random()
+        long_word = os.path.join(tmp, "long-word.txt")  # far beyond any context: rejected unread
+        with open(long_word, "w") as f:
+            f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(1_000_000)))
+        near_word = os.path.join(tmp, "near-word.txt")  # short enough in bytes to need encoding
+        with open(near_word, "w") as f:
+            f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200_000)))
+        empty = os.path.join(tmp, "empty.txt")
+        open(empty, "w").close()
+        bad_model = os.path.join(tmp, "bad-model")
+        os.makedirs(bad_model)
+        for f in os.listdir(MODEL):
+            if f != "config.json":
+                os.symlink(os.path.join(MODEL, f), os.path.join(bad_model, f))
+        config = json.load(open(os.path.join(MODEL, "config.json")))
+
+        def with_config(**edits):  # written just before its case runs
+            def write():
+                c = dict(config)
+                c.update(edits)
+                json.dump(c, open(os.path.join(bad_model, "config.json"), "w"))
+            return ["generate", "--model", bad_model, "--prompt", "hi", "--max-tokens", "1"], write
+
+        cases = [
+            (["generate", "--prompt", "hi", "--temperature", "nan"], "--temperature"),
+            (["generate", "--prompt", "hi", "--temperature", "inf"], "--temperature"),
+            (["generate", "--prompt", "hi", "--top-p", "nan"], "--top-p"),
+            (["generate", "--prompt", "hi", "--top-p", "-0.5"], "--top-p"),
+            (["attn-bench", "--fp8-fraction", "nan"], "--fp8-fraction"),
+            (["generate", "--prompt", "hi", "--checkpoint-interval", "-3"], "--checkpoint-interval"),
+            (["generate", "--prompt", "hi", "--recent-window", "0"], "--recent-window"),
+            (["generate", "--prompt", "hi", "--protected-layers", "-1"], "--protected-layers"),
+            (["generate", "--prompt", "hi", "--protected-layers", "999"], "protected layer 999"),
+            (["eval", "--lengths", "0", "--dry-run"], "--lengths"),
+            (["generate", "--prompt", ""], "--prompt is empty"),
+            (["generate"], "exactly one of --prompt and --prompt-file"),
+            (["generate", "--prompt", "hi", "--prompt-file", empty], "exactly one of --prompt and --prompt-file"),
+            (["generate", "--prompt-file", empty], "is empty"),
+            (["generate", "--prompt", "hi", "--prompt-logits"], "--prompt-logits needs --json"),
+            (["generate", "--prompt-file", long_word], "exceeds the model's context"),
+            (["generate", "--prompt-file", near_word], "exceeds the model's context"),
+            (["generate", "--prompt", "hi", "--max-tokens", "1000000"], "leave no room"),
+            (with_config(rms_norm_eps="0.5"), "'rms_norm_eps' must be a number"),
+            (with_config(rope_theta="abc"), "'rope_theta' must be a number"),
+            (with_config(hidden_size=512.5), "'hidden_size' must be an integer"),
+            (with_config(num_hidden_layers="4"), "'num_hidden_layers' must be an integer"),
+            (with_config(tie_word_embeddings="false"), "'tie_word_embeddings' must be true or false"),
+        ]
+        for argv, fragment in cases:
+            if isinstance(argv, tuple):
+                argv, prepare = argv
+                prepare()
+            r, secs = run(binary, argv, limit=args.time_limit)
+            err = r.stderr.decode(errors="replace")
+            ok = r.returncode != 0 and fragment in err and secs < args.time_limit
+            print(f"{'ok ' if ok else 'BAD'} {secs:6.3f} s  rc {r.returncode}  {' '.join(argv)[:70]!s:<72} {err.strip()[:90]}")
+            if not ok:
+                failures.append((argv, fragment, r.returncode, err, secs))
+        # The embedded model and the data are found from any working directory.
+        r, secs = run(binary, ["eval", "niah", "--quick", "--dry-run"], cwd=tmp)
+        ok = r.returncode == 0 and b"examples" in r.stdout
+        print(f"{'ok ' if ok else 'BAD'} {secs:6.3f} s  eval --dry-run from {tmp}")
+        if not ok:
+            failures.append((["eval from another directory"], "", r.returncode, r.stderr.decode(errors="replace"), secs))
+    for f in failures:
+        print("FAILED:", f[0], "expected", repr(f[1]), "rc", f[2], "in", f"{f[4]:.3f} s", "stderr:", f[3][:300])
+    print(f"cli errors: {len(cases) + 1 - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
