@@ -6,6 +6,8 @@
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
+#include "minimakv/backend/dummy_weights.h"
+#include "minimakv/codec/half.h"
 
 namespace minimakv::backend {
 
@@ -33,6 +35,20 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& t, std::span<float> out) override {
     if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
     std::copy_n(t.data(), t.size(), out.data());
+  }
+  // The CPU backend computes in fp32: BF16 weights are widened (exactly) whatever dtype is asked for.
+  Tensor upload_bf16(std::span<const uint16_t> bits, DType) override {
+    Tensor t = alloc(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) t.data()[i] = codec::bf16_to_float(bits[i]);
+    return t;
+  }
+  Tensor random_weight(size_t n, uint64_t seed, float scale, DType dtype) override {
+    Tensor t = alloc(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float w = dummy_weight(seed, i, scale);
+      t.data()[i] = dtype == DType::kBF16 ? codec::bf16_to_float(codec::float_to_bf16(w)) : w;
+    }
+    return t;
   }
 
   void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) override {
@@ -104,6 +120,14 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+size_t dtype_bytes(DType t) {
+  return t == DType::kBF16 ? 2 : 4;
+}
+
+const char* to_string(DType t) {
+  return t == DType::kBF16 ? "bf16" : "fp32";
+}
 
 const char* to_string(Device d) {
   return d == Device::kCuda ? "cuda" : "cpu";

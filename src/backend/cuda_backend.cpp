@@ -1,5 +1,6 @@
-// The CUDA backend: device tensors from the stream-ordered allocator, cuBLAS fp32 GEMMs, our own
-// kernels for the rest, and attention through device page pools with the mixed-format paged kernels.
+// The CUDA backend: device tensors from the stream-ordered allocator, cuBLAS GEMMs (BF16 weights on the
+// tensor cores with fp32 accumulation, or fp32 weights through SGEMM for debugging), our own kernels for
+// the rest, and attention through device page pools with the mixed-format paged kernels.
 //
 // Every call is queued on one stream, which is also the stream of every page operation of the stores
 // this backend makes (cache::PageStorage's ordering contract). Attention of one layer:
@@ -38,6 +39,7 @@
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
+#include "minimakv/codec/half.h"
 #include "minimakv/cuda/device_memory.h"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/page_writes.h"
@@ -123,14 +125,42 @@ class CudaBackend final : public Backend {
     }
     void* p = nullptr;
     check(cudaMallocAsync(&p, n * sizeof(float), stream_->s), "cudaMallocAsync");
+    if (p == bf16_src_) bf16_src_ = nullptr;  // a new tensor at a freed source's address
     auto st = stream_;
     return Tensor(static_cast<float*>(p), n, [st](float* q) { cudaFreeAsync(q, st->s); });
   }
   Tensor upload(std::span<const float> host) override {
     Tensor t = alloc(host.size());
+    written(t);
     if (!host.empty())
       check(cudaMemcpyAsync(t.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_->s), "upload");
     return t;
+  }
+  Tensor upload_bf16(std::span<const uint16_t> bits, DType dtype) override {
+    if (dtype == DType::kF32) {
+      std::vector<float> wide(bits.size());
+      for (size_t i = 0; i < bits.size(); ++i) wide[i] = codec::bf16_to_float(bits[i]);
+      Tensor t = upload(wide);
+      check(cudaStreamSynchronize(stream_->s), "upload_bf16");  // `wide` goes out of scope
+      return t;
+    }
+    Tensor t = alloc_weight(bits.size(), dtype);
+    if (!bits.empty())
+      check(cudaMemcpyAsync(t.raw(), bits.data(), bits.size_bytes(), cudaMemcpyHostToDevice, stream_->s), "upload_bf16");
+    check(cudaStreamSynchronize(stream_->s), "upload_bf16");  // the host buffer is the caller's
+    return t;
+  }
+  Tensor random_weight(size_t n, uint64_t seed, float scale, DType dtype) override {
+    Tensor t = alloc_weight(n, dtype);
+    written(t);
+    cuda_ops::fill_dummy(t.raw(), n, dtype == DType::kBF16, seed, scale, stream_->s);
+    return t;
+  }
+  DType default_weight_dtype() const override { return DType::kBF16; }
+  std::optional<DeviceMemory> device_memory() const override {
+    DeviceMemory m;
+    check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+    return m;
   }
   void to_host(const Tensor& t, std::span<float> out) override {
     if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
@@ -144,12 +174,18 @@ class CudaBackend final : public Backend {
 
   void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) override {
     if (out.size() != ids.size() * static_cast<size_t>(dim)) throw std::invalid_argument("embed: output size mismatch");
+    written(out);
     const int32_t* d = graph_input(step_ids_, 0, ids, ints_);
     if (replaying()) return;
-    cuda_ops::embed(table.data(), dim, d, static_cast<int>(ids.size()), out.data(), stream_->s);
+    if (table.dtype() == DType::kBF16)
+      cuda_ops::embed_bf16(static_cast<const uint16_t*>(table.raw()), dim, d, static_cast<int>(ids.size()), out.data(),
+                           stream_->s);
+    else
+      cuda_ops::embed(table.data(), dim, d, static_cast<int>(ids.size()), out.data(), stream_->s);
   }
   void copy(const Tensor& src, Tensor& dst) override {
     if (src.size() != dst.size()) throw std::invalid_argument("copy: size mismatch");
+    written(dst);
     if (replaying()) return;
     check(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_->s),
           "copy");
@@ -158,16 +194,40 @@ class CudaBackend final : public Backend {
     if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
         y.size() != static_cast<size_t>(n) * out)
       throw std::invalid_argument("matmul: shape mismatch");
+    if (w.dtype() != DType::kBF16) written(y);
+    const float one = 1.0f, zero = 0.0f;
+    if (w.dtype() == DType::kBF16) {
+      // x rounded to BF16 for the tensor cores (a BF16 model's activations are BF16 at every GEMM),
+      // products accumulated and written in fp32. The scratch is allocated even when replaying, so the
+      // arena hands out the same addresses the captured graph uses.
+      // q, k and v (and gate and up) read the same normalised rows: they are converted once, and the
+      // copy is reused until an operator writes to x (written()) or the pass ends.
+      const size_t elems = static_cast<size_t>(n) * in;
+      const bool reuse = bf16_src_ == x.raw() && bf16_elems_ == elems;
+      if (!reuse) {
+        bf16_x_ = alloc((elems + 1) / 2);
+        bf16_src_ = x.raw();
+        bf16_elems_ = elems;
+      }
+      written(y);
+      if (replaying()) return;
+      const HostProfile::Scope sc(profile_, "gemm enqueue");
+      if (!reuse) cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
+      check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.raw(), CUDA_R_16BF, in, bf16_x_.data(),
+                              CUDA_R_16BF, in, &zero, y.data(), CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (BF16)");
+      return;
+    }
     if (replaying()) return;
     const HostProfile::Scope sc(profile_, "gemm enqueue");
     // Row-major y[n][out] is column-major y^T[out][n] = W[out][in] x^T, W read transposed.
-    const float one = 1.0f, zero = 0.0f;
     check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.data(), in, x.data(), in, &zero,
                            y.data(), out),
                "cublasSgemm");
   }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     if (rows * static_cast<size_t>(dim) > x.size()) throw std::invalid_argument("rmsnorm: shape mismatch");
+    written(x);
     if (replaying()) return;
     cuda_ops::rmsnorm(x.data(), rows, dim, w.data(), eps, stream_->s);
   }
@@ -177,6 +237,7 @@ class CudaBackend final : public Backend {
       for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
     if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size())
       throw std::invalid_argument("rope: shape mismatch");
+    written(x);
     // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
     const uint32_t* d = nullptr;
     if (on_graph()) {
@@ -195,16 +256,19 @@ class CudaBackend final : public Backend {
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
     if (gate.size() != out.size() || up.size() != out.size()) throw std::invalid_argument("swiglu: size mismatch");
+    written(out);
     if (replaying()) return;
     cuda_ops::swiglu(gate.data(), up.data(), out.data(), out.size(), stream_->s);
   }
   void add(Tensor& x, const Tensor& y) override {
     if (x.size() != y.size()) throw std::invalid_argument("add: size mismatch");
+    written(x);
     if (replaying()) return;
     cuda_ops::add(x.data(), y.data(), x.size(), stream_->s);
   }
   void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) override {
     if (out.size() != rows.size() * static_cast<size_t>(dim)) throw std::invalid_argument("gather_rows: size mismatch");
+    written(out);
     std::vector<int32_t> r(rows.begin(), rows.end());
     const int32_t* d = graph_input(step_rows_, 0, std::span<const int32_t>(r), ints_);
     if (replaying()) return;
@@ -227,6 +291,23 @@ class CudaBackend final : public Backend {
   ForwardStats forward_stats() const override { return forward_stats_; }
 
  private:
+  // The BF16 copy of a GEMM input (see matmul) is stale once its source is written.
+  void written(const Tensor& t) {
+    if (t.raw() == bf16_src_) bf16_src_ = nullptr;
+  }
+  void forget_bf16_input() {
+    bf16_src_ = nullptr;
+    bf16_x_ = Tensor();
+  }
+  // Weights live for the model's lifetime: plain device allocations, never the step arena.
+  Tensor alloc_weight(size_t n, DType dtype) {
+    void* p = nullptr;
+    if (n) check(cudaMallocAsync(&p, n * dtype_bytes(dtype), stream_->s), "cudaMallocAsync (weights)");
+    auto st = stream_;
+    return Tensor(p, n, dtype, [st](void* q) {
+      if (q) cudaFreeAsync(q, st->s);
+    });
+  }
   // kEager: launch as called. kRecord: eager, tensors from the arena (measuring it). kCapture: launches
   // captured into segments_, inputs through the step buffers. kReplay: host bookkeeping only, each
   // segment launched when its host work is done.
@@ -271,6 +352,9 @@ class CudaBackend final : public Backend {
                            float weight);
   void collect_page_scores(std::vector<std::vector<float>>& page_scores) override;
 
+  const void* bf16_src_ = nullptr;  // the fp32 tensor bf16_x_ holds a BF16 copy of, if any
+  size_t bf16_elems_ = 0;
+  Tensor bf16_x_;
   HostProfile profile_;  // destroyed last: prints after everything else has finished
   std::shared_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;
@@ -477,6 +561,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
   if (!dev)
     throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
+  written(out);
   const auto& sc = store.config();
   const auto views = dev->pool().views();
 
@@ -545,6 +630,7 @@ void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> 
     check(cudaStreamSynchronize(stream_->s), "begin_forward");
     graph_in_flight_ = false;
   }
+  forget_bf16_input();  // its arena or its source may be reused by this pass
   mode_ = Mode::kEager;
   step_positions_written_ = false;
   auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());

@@ -1,5 +1,10 @@
 #include "cuda_ops.h"
 
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "minimakv/backend/dummy_weights.h"
 #include "minimakv/cuda/device_memory.h"
 
 namespace minimakv::backend::cuda_ops {
@@ -16,6 +21,35 @@ __global__ void embed_kernel(const float* table, int dim, const int32_t* ids, fl
   const float* src = table + static_cast<size_t>(ids[blockIdx.x]) * dim;
   float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void embed_bf16_kernel(const __nv_bfloat16* table, int dim, const int32_t* ids, float* out) {
+  const __nv_bfloat16* src = table + static_cast<size_t>(ids[blockIdx.x]) * dim;
+  float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
+}
+
+// Two elements per thread: fp32 pairs to BF16 pairs, round to nearest even.
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, size_t n) {
+  const size_t i = 2 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (i + 1 < n) {
+    const float2 v = *reinterpret_cast<const float2*>(x + i);
+    *reinterpret_cast<__nv_bfloat162*>(y + i) = __floats2bfloat162_rn(v.x, v.y);
+  } else if (i < n) {
+    y[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+__global__ void dummy_bf16_kernel(__nv_bfloat16* w, size_t n, uint64_t seed, float scale) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    w[i] = __float2bfloat16_rn(dummy_weight(seed, i, scale));
+}
+
+__global__ void dummy_f32_kernel(float* w, size_t n, uint64_t seed, float scale) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    w[i] = dummy_weight(seed, i, scale);
 }
 
 // One block per row; the sum of squares in fp32, reduced through shared memory.
@@ -76,6 +110,28 @@ void embed(const float* table, int dim, const int32_t* ids, int rows, float* out
   if (rows == 0) return;
   embed_kernel<<<rows, kThreads, 0, s>>>(table, dim, ids, out);
   cuda::check(cudaGetLastError(), "embed");
+}
+
+void embed_bf16(const uint16_t* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
+  if (rows == 0) return;
+  embed_bf16_kernel<<<rows, kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(table), dim, ids, out);
+  cuda::check(cudaGetLastError(), "embed_bf16");
+}
+
+void to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  to_bf16_kernel<<<blocks_for((n + 1) / 2), kThreads, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  cuda::check(cudaGetLastError(), "to_bf16");
+}
+
+void fill_dummy(void* w, size_t n, bool bf16, uint64_t seed, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  const unsigned blocks = std::min<unsigned>(blocks_for(n), 65535u);
+  if (bf16)
+    dummy_bf16_kernel<<<blocks, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(w), n, seed, scale);
+  else
+    dummy_f32_kernel<<<blocks, kThreads, 0, s>>>(static_cast<float*>(w), n, seed, scale);
+  cuda::check(cudaGetLastError(), "fill_dummy");
 }
 
 void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s) {

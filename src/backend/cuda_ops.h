@@ -1,4 +1,4 @@
-// Elementwise and row-wise operators of the CUDA backend (fp32), queued on the caller's stream.
+// Elementwise and row-wise operators of the CUDA backend (fp32 activations; BF16 weights where named), queued on the caller's stream.
 // Private to the backend; shapes are checked by the caller.
 #pragma once
 
@@ -10,6 +10,11 @@
 namespace minimakv::backend::cuda_ops {
 
 void embed(const float* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s);
+void embed_bf16(const uint16_t* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s);
+// y = x rounded to BF16 (nearest even); x and y 8-byte / 4-byte aligned.
+void to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
+// w[i] = backend::dummy_weight(seed, i, scale), as BF16 or fp32.
+void fill_dummy(void* w, size_t n, bool bf16, uint64_t seed, float scale, cudaStream_t s);
 void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s);
 // positions: [rows]; inv_freq: [head_dim / 2].
 void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions, const float* inv_freq,

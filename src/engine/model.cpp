@@ -1,45 +1,100 @@
 #include "minimakv/engine/model.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+
+#include "minimakv/backend/dummy_weights.h"
 
 #include "minimakv/model/safetensors.h"
 
 namespace minimakv::engine {
 
-std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device device) {
+std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device device, const LoadOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->cfg_ = model::load_config(dir);
   const auto& c = m->cfg_;
-  m->tok_ = std::make_unique<model::Tokenizer>(model::Tokenizer::load(dir + "/tokenizer.json"));
+  std::string tokenizer_path = dir + "/tokenizer.json";
+  if (!std::filesystem::exists(tokenizer_path) && !options.fallback_tokenizer.empty())
+    tokenizer_path = options.fallback_tokenizer;
+  m->tok_ = std::make_unique<model::Tokenizer>(model::Tokenizer::load(tokenizer_path));
+  if (m->tok_->vocab_size() > static_cast<size_t>(c.vocab_size))
+    throw std::invalid_argument(tokenizer_path + ": the tokenizer has " + std::to_string(m->tok_->vocab_size()) +
+                                " ids, more than the model's vocab_size of " + std::to_string(c.vocab_size));
   m->backend_ = backend::make_backend(device, c);
-  const model::Checkpoint ck = model::Checkpoint::open(dir);
+  backend::Backend& be = *m->backend_;
+  using W = LoadOptions::Weights;
+  m->weight_dtype_ = options.weights == W::kAuto   ? be.default_weight_dtype()
+                     : options.weights == W::kBf16 ? backend::DType::kBF16
+                                                   : backend::DType::kF32;
+  std::optional<model::Checkpoint> ck;
+  if (!options.dummy) ck = model::Checkpoint::open(dir);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-    return m->backend_->upload(ck.load_f32(name, shape));
+  auto numel = [](const std::vector<int64_t>& shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
   };
-  m->embed_ = load("model.embed_tokens.weight", {c.vocab_size, H});
-  m->final_norm_ = load("model.norm.weight", {H});
-  if (!c.tie_word_embeddings) m->lm_head_ = load("lm_head.weight", {c.vocab_size, H});
+  // A weight matrix in the chosen dtype.
+  auto matrix = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (options.dummy) {
+      m->checkpoint_bytes_ += 2 * numel(shape);
+      return be.random_weight(numel(shape), options.dummy_seed ^ std::hash<std::string>{}(name),
+                              backend::kDummyWeightScale, m->weight_dtype_);
+    }
+    const auto& t = ck->tensor(name);
+    m->checkpoint_bytes_ += t.end - t.begin;
+    if (m->weight_dtype_ == backend::DType::kBF16) return be.upload_bf16(ck->load_bf16(name, shape), backend::DType::kBF16);
+    return be.upload(ck->load_f32(name, shape));
+  };
+  // A norm weight, always fp32 (ones for dummy weights: the identity scale).
+  auto vector = [&](const std::string& name, std::vector<int64_t> shape) {
+    if (options.dummy) {
+      m->checkpoint_bytes_ += 2 * numel(shape);
+      return be.upload(std::vector<float>(numel(shape), 1.0f));
+    }
+    const auto& t = ck->tensor(name);
+    m->checkpoint_bytes_ += t.end - t.begin;
+    return be.upload(ck->load_f32(name, shape));
+  };
+  m->embed_ = matrix("model.embed_tokens.weight", {c.vocab_size, H});
+  m->final_norm_ = vector("model.norm.weight", {H});
+  if (!c.tie_word_embeddings) m->lm_head_ = matrix("lm_head.weight", {c.vocab_size, H});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Layer L;
-    L.wq = load(p + "self_attn.q_proj.weight", {QD, H});
-    L.wk = load(p + "self_attn.k_proj.weight", {KD, H});
-    L.wv = load(p + "self_attn.v_proj.weight", {KD, H});
-    L.wo = load(p + "self_attn.o_proj.weight", {H, QD});
+    L.wq = matrix(p + "self_attn.q_proj.weight", {QD, H});
+    L.wk = matrix(p + "self_attn.k_proj.weight", {KD, H});
+    L.wv = matrix(p + "self_attn.v_proj.weight", {KD, H});
+    L.wo = matrix(p + "self_attn.o_proj.weight", {H, QD});
     if (c.qk_norm) {
-      L.q_norm = load(p + "self_attn.q_norm.weight", {D});
-      L.k_norm = load(p + "self_attn.k_norm.weight", {D});
+      L.q_norm = vector(p + "self_attn.q_norm.weight", {D});
+      L.k_norm = vector(p + "self_attn.k_norm.weight", {D});
     }
-    L.in_norm = load(p + "input_layernorm.weight", {H});
-    L.post_norm = load(p + "post_attention_layernorm.weight", {H});
-    L.gate = load(p + "mlp.gate_proj.weight", {I, H});
-    L.up = load(p + "mlp.up_proj.weight", {I, H});
-    L.down = load(p + "mlp.down_proj.weight", {H, I});
+    L.in_norm = vector(p + "input_layernorm.weight", {H});
+    L.post_norm = vector(p + "post_attention_layernorm.weight", {H});
+    L.gate = matrix(p + "mlp.gate_proj.weight", {I, H});
+    L.up = matrix(p + "mlp.up_proj.weight", {I, H});
+    L.down = matrix(p + "mlp.down_proj.weight", {H, I});
     m->layers_.push_back(std::move(L));
   }
   return m;
+}
+
+MemoryReport Model::memory() const {
+  MemoryReport r;
+  r.weight_dtype = weight_dtype_;
+  r.checkpoint_bytes = checkpoint_bytes_;
+  r.weight_bytes = embed_.bytes() + final_norm_.bytes() + lm_head_.bytes();
+  for (const Layer& L : layers_)
+    for (const backend::Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.in_norm, &L.post_norm, &L.gate,
+                                     &L.up, &L.down})
+      r.weight_bytes += t->bytes();
+  r.device = backend_->device_memory();
+  return r;
 }
 
 cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const {

@@ -335,7 +335,7 @@ std::vector<std::string> Checkpoint::names() const {
   return out;
 }
 
-std::vector<float> Checkpoint::load_f32(std::string_view name, std::span<const int64_t> expected_shape) const {
+const TensorInfo& Checkpoint::checked(std::string_view name, std::span<const int64_t> expected_shape) const {
   const TensorInfo& t = tensor(name);
   if (!std::equal(t.shape.begin(), t.shape.end(), expected_shape.begin(), expected_shape.end())) {
     std::string got, want;
@@ -343,28 +343,45 @@ std::vector<float> Checkpoint::load_f32(std::string_view name, std::span<const i
     for (auto s : expected_shape) want += std::to_string(s) + " ";
     fail(dir_, "tensor '" + t.name + "' has shape [ " + got + "], config.json implies [ " + want + "]");
   }
+  if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
+    fail(dir_, "tensor '" + t.name + "' has dtype " + to_string(t.dtype) + " (supported: BF16, F16, F32)");
+  return t;
+}
+
+std::vector<float> Checkpoint::load_f32(std::string_view name, std::span<const int64_t> expected_shape) const {
+  const TensorInfo& t = checked(name, expected_shape);
   const auto bytes = data(name);
   std::vector<float> out(t.numel());
   for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.dtype) {
-      case DType::kF32:
-        std::memcpy(&out[i], bytes.data() + 4 * i, 4);
-        break;
-      case DType::kBF16: {
-        uint16_t b;
-        std::memcpy(&b, bytes.data() + 2 * i, 2);
-        out[i] = codec::bf16_to_float(b);
-        break;
-      }
-      case DType::kF16: {
-        uint16_t b;
-        std::memcpy(&b, bytes.data() + 2 * i, 2);
-        out[i] = codec::half_to_float(b);
-        break;
-      }
-      default:
-        fail(dir_, "tensor '" + t.name + "' has dtype " + to_string(t.dtype) + " (supported: BF16, F16, F32)");
+    if (t.dtype == DType::kF32) {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      out[i] = t.dtype == DType::kBF16 ? codec::bf16_to_float(b) : codec::half_to_float(b);
     }
+  }
+  return out;
+}
+
+std::vector<uint16_t> Checkpoint::load_bf16(std::string_view name, std::span<const int64_t> expected_shape) const {
+  const TensorInfo& t = checked(name, expected_shape);
+  const auto bytes = data(name);
+  std::vector<uint16_t> out(t.numel());
+  if (t.dtype == DType::kBF16) {
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    float f;
+    if (t.dtype == DType::kF32) {
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      f = codec::half_to_float(h);
+    }
+    out[i] = codec::float_to_bf16(f);
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/needle_fixture.h"
@@ -25,7 +26,17 @@ const Model& cpu_model() {
   static const auto m = Model::load(kDir, backend::Device::kCpu);
   return *m;
 }
+// fp32 weights, so that the GPU engine differs from the CPU engine by fp32 reassociation only.
 const Model& gpu_model() {
+  static const auto m = [] {
+    LoadOptions o;
+    o.weights = LoadOptions::Weights::kFp32;
+    return Model::load(kDir, backend::Device::kCuda, o);
+  }();
+  return *m;
+}
+// The CUDA default: BF16 weights on the tensor cores.
+const Model& gpu_bf16_model() {
   static const auto m = Model::load(kDir, backend::Device::kCuda);
   return *m;
 }
@@ -160,8 +171,10 @@ TEST(CudaEngine, BatchedDecodeAndPrefixReuseOnTheGpu) {
 // changes under the graph), then one sequence leaves the batch (a new shape: recorded, captured again).
 TEST(CudaEngine, GraphReplayedDecodeStepsEqualEagerOnesBitForBit) {
   MINIMAKV_SEED_TRACE();
+  for (const Model* model : {&gpu_model(), &gpu_bf16_model()}) {
+  SCOPED_TRACE(backend::to_string(model->memory().weight_dtype));
   auto rng = testing::rng_for_test();
-  const Model& gpu = gpu_model();
+  const Model& gpu = *model;
   const auto V = static_cast<size_t>(gpu.config().vocab_size);
   std::vector<std::vector<int32_t>> prompts(3);
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -212,6 +225,73 @@ TEST(CudaEngine, GraphReplayedDecodeStepsEqualEagerOnesBitForBit) {
       ASSERT_EQ(differ, 0u) << cache::to_string(mode) << " step " << step;
     }
   }
+  }
+}
+
+// BF16 weights: held as the checkpoint stores them (bytes equal), and the logits stay within BF16's
+// own error of the fp32 engine (the engine parity script compares with transformers' BF16 error).
+TEST(CudaEngine, Bf16WeightsKeepCheckpointBytesAndStayCloseToFp32) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const Model &bf = gpu_bf16_model(), &f32 = gpu_model();
+  const auto mb = bf.memory(), mf = f32.memory();
+  EXPECT_EQ(mb.weight_dtype, backend::DType::kBF16);
+  ASSERT_TRUE(mb.device.has_value());
+  // Matrices as stored (BF16 checkpoint); the fp32 norms are a rounding error of the total.
+  EXPECT_NEAR(static_cast<double>(mb.weight_bytes), static_cast<double>(mb.checkpoint_bytes), 0.01 * static_cast<double>(mb.checkpoint_bytes));
+  EXPECT_GT(mf.weight_bytes, 19 * mb.weight_bytes / 10);
+  std::vector<int32_t> ids(300);
+  for (auto& t : ids) t = static_cast<int32_t>(rng() % bf.config().vocab_size);
+  double worst = 0;
+  for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kMinima}) {
+    auto run = [&](const Model& m) {
+      const auto store = m.make_store(m.store_config(mode, 32, ids.size()));
+      return m.forward(*store, store->create_sequence(), ids);
+    };
+    const auto a = run(bf), b = run(f32);
+    const double err = rel_l2(a, b);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 0.05) << cache::to_string(mode);
+    EXPECT_GT(err, 0.0) << "the BF16 path must actually round";
+  }
+  RecordProperty("bf16_vs_fp32_logits_rel_l2", std::to_string(worst));
+  std::printf("BF16 weights vs fp32 on the GPU: logits rel L2 %.4f\n", worst);
+}
+
+// Dummy weights: the same seed gives the same model on the CPU and on the GPU (one function of
+// (seed, index) fills both), so their logits agree to BF16 activation rounding.
+TEST(CudaEngine, DummyWeightsAreTheSameModelOnBothBackends) {
+  const std::string dir = ::testing::TempDir() + "/minimakv-dummy";
+  std::filesystem::create_directories(dir);
+  {
+    std::FILE* f = std::fopen((dir + "/config.json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 256, "intermediate_size": 768,
+      "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+      "vocab_size": 9000, "max_position_embeddings": 4096})", f);
+    std::fclose(f);
+  }
+  LoadOptions o;
+  o.dummy = true;
+  o.dummy_seed = 17;
+  o.weights = LoadOptions::Weights::kBf16;
+  o.fallback_tokenizer = kDir + "/tokenizer.json";
+  const auto cpu = Model::load(dir, backend::Device::kCpu, o), gpu = Model::load(dir, backend::Device::kCuda, o);
+  EXPECT_NEAR(static_cast<double>(gpu->memory().weight_bytes), static_cast<double>(gpu->memory().checkpoint_bytes),
+              0.01 * static_cast<double>(gpu->memory().checkpoint_bytes));
+  std::vector<int32_t> ids(100);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % 8192);
+  auto run = [&](const Model& m) {
+    const auto store = m.make_store(m.store_config(cache::KvMode::kBf16, 32, ids.size()));
+    return m.forward(*store, store->create_sequence(), ids);
+  };
+  const auto a = run(*cpu), b = run(*gpu);
+  const double err = rel_l2(b, a);
+  std::printf("dummy weights, GPU BF16 vs CPU: logits rel L2 %.4f\n", err);
+  EXPECT_LT(err, 0.05);
+  o.dummy_seed = 18;
+  const auto other = Model::load(dir, backend::Device::kCpu, o);
+  EXPECT_GT(rel_l2(run(*other), a), 0.5) << "another seed is another model";
 }
 
 TEST(CudaEngine, RejectsAStoreWhosePagesAreNotOnTheGpu) {

@@ -1,7 +1,8 @@
 // The operator set the transformer forward pass is written against, implemented once per device.
 //
-// Owns: the interface and the Tensor handle. A Tensor is a flat fp32 array in its backend's memory
-// (host memory for the CPU backend, device memory for CUDA) and owns that allocation (move-only).
+// Owns: the interface and the Tensor handle. A Tensor is a flat array (fp32, or BF16 for weights) in its
+// backend's memory (host memory for the CPU backend, device memory for CUDA) and owns that allocation
+// (move-only).
 // Shapes are row-major and passed explicitly; weights are [out][in] as Hugging Face stores them, so a
 // projection is y = x W^T. A backend may run calls asynchronously (the CUDA backend queues them on one
 // stream); to_host() returns once every earlier call has finished. Backends are not thread-safe: one
@@ -18,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,16 +35,34 @@ enum class Device { kCpu, kCuda };
 const char* to_string(Device d);
 Device parse_device(std::string_view name);  // "cpu" | "cuda"; throws std::invalid_argument otherwise
 
+// Element types of tensors. Activations are kF32; weight matrices may be kBF16 (checkpoint precision)
+// on a backend that computes with them (the CUDA backend's tensor-core GEMMs).
+enum class DType : uint8_t { kF32, kBF16 };
+size_t dtype_bytes(DType t);
+const char* to_string(DType t);
+
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(float* data, size_t size, std::function<void(float*)> release) : p_(data, std::move(release)), n_(size) {}
-  float* data() const { return p_.get(); }
-  size_t size() const { return n_; }
+  Tensor(float* data, size_t size, std::function<void(float*)> release)
+      : p_(data, [r = std::move(release)](void* q) { r(static_cast<float*>(q)); }), n_(size) {}
+  Tensor(void* data, size_t size, DType dtype, std::function<void(void*)> release)
+      : p_(data, std::move(release)), n_(size), dtype_(dtype) {}
+  float* data() const { return static_cast<float*>(p_.get()); }  // kF32 tensors
+  void* raw() const { return p_.get(); }
+  size_t size() const { return n_; }  // elements
+  DType dtype() const { return dtype_; }
+  size_t bytes() const { return n_ * dtype_bytes(dtype_); }
 
  private:
-  std::unique_ptr<float, std::function<void(float*)>> p_{nullptr, [](float*) {}};
+  std::unique_ptr<void, std::function<void(void*)>> p_{nullptr, [](void*) {}};
   size_t n_ = 0;
+  DType dtype_ = DType::kF32;
+};
+
+// Device memory as the driver reports it (bytes).
+struct DeviceMemory {
+  size_t free = 0, total = 0;
 };
 
 // Rows [row, row + n) of a forward pass belong to sequence `seq` at positions first, first + 1, ...
@@ -80,11 +100,20 @@ class Backend {
   virtual Tensor alloc(size_t n) = 0;  // contents undefined
   virtual Tensor upload(std::span<const float> host) = 0;
   virtual void to_host(const Tensor& t, std::span<float> out) = 0;  // waits for every earlier call
+  // Weights. upload_bf16 takes BF16 bit patterns and keeps them in `dtype` (kBF16 as given, or widened
+  // exactly to kF32). random_weight draws n values uniform in [-scale, scale], a pure function of
+  // (seed, index), in `dtype`, where the backend computes (dummy weights: no host copy of an 8B model).
+  virtual Tensor upload_bf16(std::span<const uint16_t> bits, DType dtype) = 0;
+  virtual Tensor random_weight(size_t n, uint64_t seed, float scale, DType dtype) = 0;
+  // The weight dtype this backend computes projections in when the user does not choose.
+  virtual DType default_weight_dtype() const { return DType::kF32; }
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
   // ---- operators (x, y, out: distinct tensors unless stated)
-  virtual void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) = 0;
+  virtual void embed(const Tensor& table, int dim, std::span<const int32_t> ids, Tensor& out) = 0;  // table: any dtype
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
-  // y[n][out] = x[n][in] w[out][in]^T
+  // y[n][out] = x[n][in] w[out][in]^T; w kF32, or kBF16 where the backend has it (x is then rounded to
+  // BF16 for the tensor cores and the products accumulate in fp32, as a BF16 model computes).
   virtual void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) = 0;
   // In place over rows of length dim: x / sqrt(mean(x^2) + eps) * w (also QK-norm, per head).
   virtual void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) = 0;

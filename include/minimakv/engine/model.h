@@ -1,7 +1,7 @@
 // A Qwen3 / Llama decoder-only transformer running through the paged KV store on a backend (CPU or CUDA).
 //
-// Owns: the backend, the weights (fp32 copies of the checkpoint's BF16/F16/F32 tensors, in the backend's
-// memory) and the tokenizer. The forward pass is written once against backend::Backend. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
+// Owns: the backend, the weights (in the backend's memory: matrices in BF16 on the CUDA backend, fp32 on
+// the CPU, norms fp32; or dummy weights drawn on the device from config.json alone) and the tokenizer. The forward pass is written once against backend::Backend. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
 // q/k/v, applies QK-norm (Qwen3) and RoPE, writes the chunk's K/V into the store (quantized on write,
 // one layer at a time), then attends over every page of the sequence in its stored format (BF16, FP8
 // or TQ3) with the mixed-format kernel, causal inside the chunk. No dense copy of the cache is made.
@@ -22,9 +22,34 @@
 
 namespace minimakv::engine {
 
+// How a model's weights are made and kept.
+struct LoadOptions {
+  // Projection and embedding matrices: kAuto keeps what the backend computes with (BF16 on CUDA, where
+  // checkpoint BF16 is kept as stored and F16/F32 are rounded once; fp32 on the CPU); kFp32 forces fp32
+  // (debugging: the CUDA backend then runs fp32 SGEMM). Norm weights are always fp32.
+  enum class Weights { kAuto, kBf16, kFp32 } weights = Weights::kAuto;
+  // Dummy weights: config.json alone, every matrix drawn from backend::dummy_weight with a seed derived
+  // from dummy_seed and the tensor's name, norms 1. For benchmarks at a real model's geometry.
+  bool dummy = false;
+  uint64_t dummy_seed = 0;
+  // The tokenizer.json to use when the model directory has none (a dummy model's directory holds only
+  // config.json); its ids must fit the model's vocabulary.
+  std::string fallback_tokenizer;
+};
+
+// Where a model's memory went (bytes).
+struct MemoryReport {
+  backend::DType weight_dtype = backend::DType::kF32;  // of the matrices
+  size_t weight_bytes = 0;                             // every weight tensor as the backend holds it
+  size_t checkpoint_bytes = 0;  // the same tensors as stored in the checkpoint (BF16 for dummy weights)
+  std::optional<backend::DeviceMemory> device;  // free / total device memory, on a GPU backend
+};
+
 class Model {
  public:
-  static std::unique_ptr<Model> load(const std::string& dir, backend::Device device = backend::Device::kCpu);
+  static std::unique_ptr<Model> load(const std::string& dir, backend::Device device = backend::Device::kCpu,
+                                     const LoadOptions& options = {});
+  MemoryReport memory() const;
   const model::ModelConfig& config() const { return cfg_; }
   const model::Tokenizer& tokenizer() const { return *tok_; }
   backend::Backend& backend() const { return *backend_; }
@@ -63,6 +88,8 @@ class Model {
   std::unique_ptr<backend::Backend> backend_;
   backend::Tensor embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
   std::vector<Layer> layers_;
+  backend::DType weight_dtype_ = backend::DType::kF32;
+  size_t checkpoint_bytes_ = 0;
 };
 
 }  // namespace minimakv::engine

@@ -97,10 +97,13 @@ class Checkpoint {
   std::vector<std::string> names() const;
   // Copies a tensor to fp32 (BF16, F16 and F32 are supported), checking its shape first.
   std::vector<float> load_f32(std::string_view name, std::span<const int64_t> expected_shape) const;
+  // Copies a tensor to BF16 bit patterns: BF16 as stored, F16 and F32 rounded to nearest even.
+  std::vector<uint16_t> load_bf16(std::string_view name, std::span<const int64_t> expected_shape) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (file, tensor)
+  const TensorInfo& checked(std::string_view name, std::span<const int64_t> expected_shape) const;
   std::string dir_;
 };
 
