@@ -35,6 +35,49 @@ void add_forward_stats(nlohmann::json& j, const backend::ForwardStats& s) {
       {"eager", s.eager}, {"recorded", s.recorded}, {"captured", s.captured}, {"replayed", s.replayed}};
 }
 
+// The text of generated ids. A model whose vocabulary is larger than its tokenizer's (a dummy-weight
+// model at a real geometry, run with the embedded tokenizer) can emit ids the tokenizer has no text
+// for: each is shown as U+FFFD.
+std::string text_of(const engine::Model& model, const std::vector<int32_t>& ids) {
+  const auto known = static_cast<int32_t>(model.tokenizer().vocab_size());
+  std::string text;
+  std::vector<int32_t> run;
+  for (int32_t id : ids) {
+    if (id >= 0 && id < known) {
+      run.push_back(id);
+      continue;
+    }
+    text += model.tokenizer().decode(run) + "\xEF\xBF\xBD";
+    run.clear();
+  }
+  return text + model.tokenizer().decode(run);
+}
+
+// The model's memory (and, after a run, the KV pools of its store): stderr as text, or into `j`.
+void print_memory(const engine::Model& model, const cache::Accounting* acct, nlohmann::json* j = nullptr) {
+  const auto m = model.memory();
+  const auto gib = [](size_t b) { return static_cast<double>(b) / (1u << 30); };
+  if (j) {
+    auto& out = (*j)["memory"];
+    out["weight_dtype"] = backend::to_string(m.weight_dtype);
+    out["weight_bytes"] = m.weight_bytes;
+    out["checkpoint_bytes"] = m.checkpoint_bytes;
+    if (acct)
+      for (size_t f = 0; f < codec::kNumPageFormats; ++f)
+        out["kv_pool_bytes"][codec::to_string(static_cast<codec::PageFormat>(f))] =
+            acct->formats[f].capacity_pages * acct->formats[f].page_bytes;
+    if (m.device) {
+      out["device_free_bytes"] = m.device->free;
+      out["device_total_bytes"] = m.device->total;
+    }
+    return;
+  }
+  fmt::print(stderr, "memory: weights {:.2f} GiB {} (checkpoint tensors {:.2f} GiB)", gib(m.weight_bytes),
+             backend::to_string(m.weight_dtype), gib(m.checkpoint_bytes));
+  if (m.device) fmt::print(stderr, ", device {:.2f} GiB free of {:.2f}", gib(m.device->free), gib(m.device->total));
+  fmt::print(stderr, "\n");
+}
+
 // --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
 int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt,
               attention::ThreadPool& pool) {
@@ -61,7 +104,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
     for (size_t i = 0; i < rs.size(); ++i) {
       j["results"].push_back({{"prompt_tokens", prompts[i].size()},
                               {"tokens", rs[i].tokens},
-                              {"text", model.tokenizer().decode(rs[i].tokens)},
+                              {"text", text_of(model, rs[i].tokens)},
                               {"prefill_s", rs[i].prefill_seconds}});
       if (opt.prompt_logits) j["results"].back()["prompt_logits"] = rs[i].prompt_logits;
     }
@@ -72,11 +115,12 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
     j["reconciled"] = a.reconciled;
     add_attention_stats(j, model.backend().attention_stats());
     add_forward_stats(j, model.backend().forward_stats());
+    print_memory(model, &a, &j);
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
   for (size_t i = 0; i < rs.size(); ++i)
-    fmt::print("[{}] {} prompt tokens ->{}\n", i, prompts[i].size(), model.tokenizer().decode(rs[i].tokens));
+    fmt::print("[{}] {} prompt tokens ->{}\n", i, prompts[i].size(), text_of(model, rs[i].tokens));
   fmt::print(
       "\nbatched decode of {} sequences: {} tokens in {:.2f} s ({:.1f} tok/s); KV bytes: recent {} anchor {} stale {}, "
       "reconciled: {}\n",
@@ -103,7 +147,14 @@ int run_generate(GenerateCmdOptions opt) {
   if (opt.batch < 1) throw std::invalid_argument("generate: --batch must be at least 1");
   if (opt.prompt_logits && !opt.json) throw std::invalid_argument("generate: --prompt-logits needs --json");
   engine::validate(opt.gen);
-  const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device));
+  engine::LoadOptions load;
+  using W = engine::LoadOptions::Weights;
+  load.weights = opt.weights == "bf16" ? W::kBf16 : opt.weights == "fp32" ? W::kFp32 : W::kAuto;
+  load.dummy = opt.dummy_weights;
+  load.dummy_seed = opt.dummy_seed;
+  load.fallback_tokenizer = opt.fallback_tokenizer;
+  const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device), load);
+  if (!opt.json) print_memory(*model, nullptr);
   const auto context = static_cast<size_t>(model->config().max_position_embeddings);
   const size_t budget = static_cast<size_t>(opt.gen.max_new_tokens);
   if (budget >= context)
@@ -169,7 +220,7 @@ int run_generate(GenerateCmdOptions opt) {
   std::string streamed;
   const auto r = engine::generate(*model, ids, opt.gen, &pool, [&](int32_t t) {
     if (opt.json) return;
-    const std::string piece = model->tokenizer().decode({t});
+    const std::string piece = text_of(*model, std::vector<int32_t>{t});
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
@@ -179,7 +230,7 @@ int run_generate(GenerateCmdOptions opt) {
     nlohmann::json j;
     j["prompt_tokens"] = ids.size();
     j["tokens"] = r.tokens;
-    j["text"] = model->tokenizer().decode(r.tokens);
+    j["text"] = text_of(*model, r.tokens);
     j["kv"] = opt.kv;
     j["device"] = model->backend().describe();
     j["prefill_tokens_per_s"] = static_cast<double>(ids.size()) / r.prefill_seconds;
@@ -192,6 +243,7 @@ int run_generate(GenerateCmdOptions opt) {
     add_attention_stats(j, model->backend().attention_stats());
     add_forward_stats(j, model->backend().forward_stats());
     if (opt.prompt_logits) j["prompt_logits"] = r.prompt_logits;
+    print_memory(*model, &a, &j);
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print(

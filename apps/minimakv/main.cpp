@@ -99,6 +99,13 @@ int main(int argc, char** argv) {
   gen->add_option("--kv", go.kv, "bf16 (dense control), fp8 or minima")
       ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
   gen->add_option("--device", go.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  gen->add_option("--weights", go.weights,
+                  "weight matrices: auto (BF16 on cuda, fp32 on cpu), bf16, or fp32 (debugging)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+  gen->add_flag("--dummy-weights", go.dummy_weights,
+                "random weights from --model's config.json alone (benchmarks at real geometry; bench/configs/)");
+  gen->add_option("--dummy-seed", go.dummy_seed, "seed of the dummy weights");
+  go.fallback_tokenizer = model_dir + "/tokenizer.json";
   gen->add_option("--max-tokens", go.gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   gen->add_option("--page-size", go.gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
   gen->add_option("--prefill-chunk", go.gen.prefill_chunk, "prompt tokens per prefill chunk")

@@ -1,0 +1,92 @@
+// The CUDA backend's projections at a model's geometry: each weight matrix of config.json (q, k, v, o,
+// gate, up, down, lm_head) times n token rows through Backend::matmul, with BF16 weights (tensor cores,
+// the activation rounded to BF16 first, as the engine runs it) and with fp32 weights (SGEMM, the old
+// path), dummy values drawn on the device. Prints one JSON object per (dtype, projection, n): median
+// milliseconds over --reps timed batches and TFLOP/s. scripts/bench/bf16-engine.sh sets PyTorch's
+// BF16 matmul at the same shapes beside it.
+//   cuda_gemm_bench --config bench/configs/qwen3-8b/config.json --tokens 1,8,8192 [--reps 7]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "minimakv/backend/backend.h"
+#include "minimakv/backend/dummy_weights.h"
+#include "minimakv/model/config.h"
+
+namespace {
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace minimakv;
+  std::string config_path;
+  std::vector<int> tokens{1, 8, 8192};
+  int reps = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--config")) config_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--tokens")) tokens = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::max(3, std::atoi(argv[i + 1]));
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "usage: cuda_gemm_bench --config CONFIG.json [--tokens 1,8,8192] [--reps 7]\n");
+    return 2;
+  }
+  const std::string dir = config_path.substr(0, config_path.rfind('/'));
+  const auto cfg = model::load_config(dir);
+  auto be = backend::make_cuda_backend(cfg);
+  const int H = static_cast<int>(cfg.hidden_size), I = static_cast<int>(cfg.intermediate_size);
+  const int Q = static_cast<int>(cfg.num_attention_heads * cfg.head_dim);
+  const int KV = static_cast<int>(cfg.num_key_value_heads * cfg.head_dim), V = static_cast<int>(cfg.vocab_size);
+  struct Proj {
+    const char* name;
+    int out, in;
+  };
+  const Proj projs[] = {{"q", Q, H}, {"k", KV, H}, {"v", KV, H}, {"o", H, Q},
+                        {"gate", I, H}, {"up", I, H}, {"down", H, I}, {"lm_head", V, H}};
+  backend::Tensor sync = be->alloc(1);
+  float host = 0;
+  auto wait = [&] { be->to_host(sync, std::span<float>(&host, 1)); };
+  for (auto dtype : {backend::DType::kBF16, backend::DType::kF32}) {
+    for (const Proj& p : projs) {
+      const auto w = be->random_weight(static_cast<size_t>(p.out) * p.in, 11, backend::kDummyWeightScale, dtype);
+      for (int n : tokens) {
+        const auto x = be->random_weight(static_cast<size_t>(n) * p.in, 12, 1.0f, backend::DType::kF32);
+        auto y = be->alloc(static_cast<size_t>(n) * p.out);
+        // Enough calls per timed batch for about 20 ms of work at 400 TFLOP/s (3 to 2,000).
+        const double flop = 2.0 * n * p.in * p.out;
+        const int calls = std::max(3, std::min(2000, static_cast<int>(8e12 / flop)));
+        for (int c = 0; c < 3; ++c) be->matmul(x, n, p.in, w, p.out, y);
+        wait();
+        std::vector<double> ms;
+        for (int r = 0; r < reps; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int c = 0; c < calls; ++c) be->matmul(x, n, p.in, w, p.out, y);
+          wait();
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / calls);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        std::printf("{\"dtype\": \"%s\", \"proj\": \"%s\", \"n\": %d, \"in\": %d, \"out\": %d, \"ms\": %.5f, "
+                    "\"ms_min\": %.5f, \"ms_max\": %.5f, \"tflops\": %.2f}\n",
+                    backend::to_string(dtype), p.name, n, p.in, p.out, med, ms.front(), ms.back(),
+                    flop / (med * 1e-3) / 1e12);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
