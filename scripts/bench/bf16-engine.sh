@@ -38,9 +38,10 @@ if part gemm; then
   python3 scripts/bench/torch_engine_reference.py --config "$CFG/config.json" --tokens 8192 >"$OUT/torch-ref.jsonl"
 fi
 if part decode; then
-  echo "== decode, batch 1, 8K context, bf16 KV: BF16 vs fp32 weights"
+  echo "== decode, batch 1, 8K context, bf16 KV: BF16 vs fp32 weights (and BF16 at 1K: the step without KV)"
   for ((r = 1; r <= REPS; r++)); do
     for wt in bf16 fp32; do gen "$CFG" bf16 8192 1 64 "$wt" >"$OUT/decode-$wt-r$r.json"; done
+    gen "$CFG" bf16 1024 1 64 bf16 >"$OUT/decode1k-bf16-r$r.json"
   done
 fi
 if part batch; then
@@ -80,6 +81,9 @@ if dec["bf16"]:
         print(f"  torch GEMV chain {chain['ms']:.2f} ms ({chain['tb_per_s']:.2f} TB/s) + KV at copy bandwidth "
               f"{kv_bytes / (copy['read_plus_write_tb_per_s'] * 1e12) * 1e3:.2f} ms = {floor:.2f} ms")
         print(f"  ours BF16 {b:.2f} ms = {b / floor:.2f}x the floor; fp32 weights {f:.2f} ms = {f / floor:.2f}x")
+        k1 = [json.load(open(p))["step_ms"]["median"] for p in sorted(glob.glob(f"{out}/decode1k-bf16-r*.json"))]
+        if k1:
+            print(f"  ours BF16 at 1K context: " + ", ".join(f"{x:.2f}" for x in k1) + f" ms (torch chain {chain['ms']:.2f})")
     m = dec["bf16"][0].get("memory", {})
     print(f"  weights on device {m.get('weight_bytes', 0) / 2**30:.2f} GiB, checkpoint {m.get('checkpoint_bytes', 0) / 2**30:.2f} GiB")
 for kv in ("bf16", "minima"):

@@ -145,6 +145,7 @@ class CudaBackend final : public Backend {
       return t;
     }
     Tensor t = alloc_weight(bits.size(), dtype);
+    bf16_weights_ = true;
     if (!bits.empty())
       check(cudaMemcpyAsync(t.raw(), bits.data(), bits.size_bytes(), cudaMemcpyHostToDevice, stream_->s), "upload_bf16");
     check(cudaStreamSynchronize(stream_->s), "upload_bf16");  // the host buffer is the caller's
@@ -153,6 +154,7 @@ class CudaBackend final : public Backend {
   Tensor random_weight(size_t n, uint64_t seed, float scale, DType dtype) override {
     Tensor t = alloc_weight(n, dtype);
     written(t);
+    bf16_weights_ = bf16_weights_ || dtype == DType::kBF16;
     cuda_ops::fill_dummy(t.raw(), n, dtype == DType::kBF16, seed, scale, stream_->s);
     return t;
   }
@@ -204,11 +206,7 @@ class CudaBackend final : public Backend {
       // copy is reused until an operator writes to x (written()) or the pass ends.
       const size_t elems = static_cast<size_t>(n) * in;
       const bool reuse = bf16_src_ == x.raw() && bf16_elems_ == elems;
-      if (!reuse) {
-        bf16_x_ = alloc((elems + 1) / 2);
-        bf16_src_ = x.raw();
-        bf16_elems_ = elems;
-      }
+      if (!reuse) hold_bf16_input(x, elems, alloc((elems + 1) / 2));
       written(y);
       if (replaying()) return;
       const HostProfile::Scope sc(profile_, "gemm enqueue");
@@ -232,13 +230,48 @@ class CudaBackend final : public Backend {
     cuda_ops::rmsnorm(x.data(), rows, dim, w.data(), eps, stream_->s);
   }
   void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) override {
-    std::vector<uint32_t> pos;
-    for (const SeqRows& s : seqs)
-      for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
+    const std::vector<uint32_t> pos = positions_of(seqs);
     if (pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size())
       throw std::invalid_argument("rope: shape mismatch");
     written(x);
-    // Every layer's two RoPE calls of a forward pass use the same positions: upload them once.
+    const uint32_t* d = device_positions(pos);
+    if (replaying()) return;
+    cuda_ops::rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, d, inv_freq_.get(), stream_->s);
+  }
+  void norm_rope(Tensor& x, int heads, int head_dim, const Tensor& w, float eps, std::span<const SeqRows> seqs) override {
+    const std::vector<uint32_t> pos = positions_of(seqs);
+    if (head_dim != head_dim_ || pos.size() * static_cast<size_t>(heads) * head_dim_ > x.size() ||
+        w.size() != static_cast<size_t>(head_dim))
+      throw std::invalid_argument("norm_rope: shape mismatch");
+    written(x);
+    const uint32_t* d = device_positions(pos);
+    if (replaying()) return;
+    cuda_ops::norm_rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, w.data(), eps, d, inv_freq_.get(),
+                        stream_->s);
+  }
+  void add_rmsnorm(Tensor& x, const Tensor* y, Tensor& h, size_t rows, int dim, const Tensor& w, float eps) override {
+    const size_t elems = rows * static_cast<size_t>(dim);
+    if (elems > x.size() || h.size() != x.size() || (y && y->size() != x.size()) || w.size() != static_cast<size_t>(dim))
+      throw std::invalid_argument("add_rmsnorm: shape mismatch");
+    written(x);
+    written(h);
+    // With BF16 weights the norm's output feeds GEMMs: its BF16 copy is written in the same pass.
+    Tensor hb = bf16_weights_ ? alloc((elems + 1) / 2) : Tensor();
+    if (!replaying())
+      cuda_ops::add_rmsnorm(x.data(), y ? y->data() : nullptr, h.data(), reinterpret_cast<uint16_t*>(hb.raw()), rows,
+                            dim, w.data(), eps, stream_->s);
+    if (bf16_weights_) hold_bf16_input(h, elems, std::move(hb));
+  }
+  // Positions of the pass's rows, sequence by sequence.
+  static std::vector<uint32_t> positions_of(std::span<const SeqRows> seqs) {
+    std::vector<uint32_t> pos;
+    for (const SeqRows& s : seqs)
+      for (int t = 0; t < s.n; ++t) pos.push_back(s.first + static_cast<uint32_t>(t));
+    return pos;
+  }
+  // The positions on the device. Every RoPE call of a forward pass uses the same positions: they are
+  // uploaded once per pass.
+  const uint32_t* device_positions(const std::vector<uint32_t>& pos) {
     const uint32_t* d = nullptr;
     if (on_graph()) {
       if (!step_positions_written_) graph_input(step_positions_, 0, std::span<const uint32_t>(pos), positions_);
@@ -251,14 +284,15 @@ class CudaBackend final : public Backend {
       }
       d = positions_.reserve(pos.size());
     }
-    if (replaying()) return;
-    cuda_ops::rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, d, inv_freq_.get(), stream_->s);
+    return d;
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) override {
     if (gate.size() != out.size() || up.size() != out.size()) throw std::invalid_argument("swiglu: size mismatch");
     written(out);
-    if (replaying()) return;
-    cuda_ops::swiglu(gate.data(), up.data(), out.data(), out.size(), stream_->s);
+    Tensor ob = bf16_weights_ ? alloc((out.size() + 1) / 2) : Tensor();  // the down projection's input
+    if (!replaying())
+      cuda_ops::swiglu(gate.data(), up.data(), out.data(), reinterpret_cast<uint16_t*>(ob.raw()), out.size(), stream_->s);
+    if (bf16_weights_) hold_bf16_input(out, out.size(), std::move(ob));
   }
   void add(Tensor& x, const Tensor& y) override {
     if (x.size() != y.size()) throw std::invalid_argument("add: size mismatch");
@@ -294,6 +328,12 @@ class CudaBackend final : public Backend {
   // The BF16 copy of a GEMM input (see matmul) is stale once its source is written.
   void written(const Tensor& t) {
     if (t.raw() == bf16_src_) bf16_src_ = nullptr;
+  }
+  // `copy` holds src's first `elems` values in BF16 (written by the kernel that wrote src).
+  void hold_bf16_input(const Tensor& src, size_t elems, Tensor copy) {
+    bf16_x_ = std::move(copy);
+    bf16_src_ = src.raw();
+    bf16_elems_ = elems;
   }
   void forget_bf16_input() {
     bf16_src_ = nullptr;
@@ -355,6 +395,7 @@ class CudaBackend final : public Backend {
   const void* bf16_src_ = nullptr;  // the fp32 tensor bf16_x_ holds a BF16 copy of, if any
   size_t bf16_elems_ = 0;
   Tensor bf16_x_;
+  bool bf16_weights_ = false;  // some weight is BF16: norms and SwiGLU also write BF16 copies of their outputs
   HostProfile profile_;  // destroyed last: prints after everything else has finished
   std::shared_ptr<Stream> stream_;
   cublasHandle_t blas_ = nullptr;

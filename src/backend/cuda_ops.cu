@@ -88,9 +88,74 @@ __global__ void rope_kernel(float* x, int rows, int heads, int head_dim, const u
   v[i + half] = b * c + a * s;
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, size_t n) {
+// x += y (when y is given), then h = x / sqrt(mean(x^2) + eps) * w, and a BF16 copy of h when hb is
+// given. One block per row, the same reduction as rmsnorm_kernel, so h is bit-identical to add, copy and
+// rmsnorm run one after another.
+__global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bfloat16* hb, int dim, const float* w,
+                                   float eps) {
+  __shared__ float partial[kThreads];
+  const size_t base = static_cast<size_t>(blockIdx.x) * dim;
+  float* row = x + base;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = row[i];
+    if (y) {
+      v += y[base + i];
+      row[i] = v;
+    }
+    ss += v * v;
+  }
+  partial[threadIdx.x] = ss;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = row[i] * inv * w[i];
+    h[base + i] = v;
+    if (hb) hb[base + i] = __float2bfloat16_rn(v);
+  }
+}
+
+// Qwen3's QK-norm then RoPE, in place on one (row, head) vector per block: the norm as rmsnorm_kernel
+// over head_dim, the rotation as rope_kernel (same products, cosines in double), so the result is
+// bit-identical to the two kernels in sequence.
+__global__ void norm_rope_kernel(float* x, int heads, int head_dim, const float* w, float eps,
+                                 const uint32_t* positions, const float* inv_freq) {
+  __shared__ float partial[kThreads];
+  extern __shared__ float vec[];
+  float* v = x + static_cast<size_t>(blockIdx.x) * head_dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += v[i] * v[i];
+  partial[threadIdx.x] = ss;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(head_dim) + eps);
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vec[i] = v[i] * inv * w[i];
+  __syncthreads();
+  const int half = head_dim / 2;
+  const int row = static_cast<int>(blockIdx.x / heads);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq[i]);
+    const auto c = static_cast<float>(cos(static_cast<double>(angle)));
+    const auto sn = static_cast<float>(sin(static_cast<double>(angle)));
+    const float a = vec[i], b = vec[i + half];
+    v[i] = a * c - b * sn;
+    v[i + half] = b * c + a * sn;
+  }
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, __nv_bfloat16* out_bf16, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+  if (i >= n) return;
+  const float v = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+  out[i] = v;
+  if (out_bf16) out_bf16[i] = __float2bfloat16_rn(v);
 }
 
 __global__ void add_kernel(float* x, const float* y, size_t n) {
@@ -148,10 +213,27 @@ void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions
   cuda::check(cudaGetLastError(), "rope");
 }
 
-void swiglu(const float* gate, const float* up, float* out, size_t n, cudaStream_t s) {
+void swiglu(const float* gate, const float* up, float* out, uint16_t* out_bf16, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, n);
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, reinterpret_cast<__nv_bfloat16*>(out_bf16), n);
   cuda::check(cudaGetLastError(), "swiglu");
+}
+
+void add_rmsnorm(float* x, const float* y, float* h, uint16_t* h_bf16, size_t rows, int dim, const float* w, float eps,
+                 cudaStream_t s) {
+  if (rows == 0) return;
+  add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, h, reinterpret_cast<__nv_bfloat16*>(h_bf16),
+                                                                      dim, w, eps);
+  cuda::check(cudaGetLastError(), "add_rmsnorm");
+}
+
+void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, float eps, const uint32_t* positions,
+               const float* inv_freq, cudaStream_t s) {
+  const auto blocks = static_cast<unsigned>(rows) * static_cast<unsigned>(heads);
+  if (blocks == 0) return;
+  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(x, heads, head_dim, w, eps,
+                                                                                          positions, inv_freq);
+  cuda::check(cudaGetLastError(), "norm_rope");
 }
 
 void add(float* x, const float* y, size_t n, cudaStream_t s) {

@@ -19,7 +19,16 @@ void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStre
 // positions: [rows]; inv_freq: [head_dim / 2].
 void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions, const float* inv_freq,
           cudaStream_t s);
-void swiglu(const float* gate, const float* up, float* out, size_t n, cudaStream_t s);
+// out = silu(gate) * up, and its BF16 copy when out_bf16 is given.
+void swiglu(const float* gate, const float* up, float* out, uint16_t* out_bf16, size_t n, cudaStream_t s);
+// x += y (y may be null), h = rmsnorm(x) * w, and h's BF16 copy when h_bf16 is given: bit-identical to
+// add, copy and rmsnorm in sequence.
+void add_rmsnorm(float* x, const float* y, float* h, uint16_t* h_bf16, size_t rows, int dim, const float* w, float eps,
+                 cudaStream_t s);
+// Per-head RMSNorm (w: [head_dim]) then RoPE, in place on x[rows][heads][head_dim]: bit-identical to
+// rmsnorm then rope.
+void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, float eps, const uint32_t* positions,
+               const float* inv_freq, cudaStream_t s);
 void add(float* x, const float* y, size_t n, cudaStream_t s);
 void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s);
 

@@ -172,30 +172,30 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
                   o = be.alloc(rows * H), g = be.alloc(rows * I), u = be.alloc(rows * I), a = be.alloc(rows * I);
   be.embed(embed_, H, ids, x);
   const float layer_weight = 1.0f / static_cast<float>(layers_.size());
+  // The residual stream x gets each block's output o added just before the next norm reads it (one
+  // fused pass on the GPU); the last block's is added before the final norm.
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
-    be.copy(x, h);
-    be.rmsnorm(h, rows, H, L.in_norm, eps);
+    be.add_rmsnorm(x, l ? &o : nullptr, h, rows, H, L.in_norm, eps);
     be.matmul(h, n, H, L.wq, Hq * D, q);
     be.matmul(h, n, H, L.wk, Hkv * D, k);
     be.matmul(h, n, H, L.wv, Hkv * D, v);
     if (c.qk_norm) {
-      be.rmsnorm(q, rows * Hq, D, L.q_norm, eps);
-      be.rmsnorm(k, rows * Hkv, D, L.k_norm, eps);
+      be.norm_rope(q, Hq, D, L.q_norm, eps, seqs);
+      be.norm_rope(k, Hkv, D, L.k_norm, eps, seqs);
+    } else {
+      be.rope(q, Hq, seqs);
+      be.rope(k, Hkv, seqs);
     }
-    be.rope(q, Hq, seqs);
-    be.rope(k, Hkv, seqs);
     be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, pool, page_scores, layer_weight);
     be.matmul(attn, n, Hq * D, L.wo, H, o);
-    be.add(x, o);
-    be.copy(x, h);
-    be.rmsnorm(h, rows, H, L.post_norm, eps);
+    be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);
     be.matmul(h, n, H, L.gate, I, g);
     be.matmul(h, n, H, L.up, I, u);
     be.swiglu(g, u, a);
     be.matmul(a, n, I, L.down, H, o);
-    be.add(x, o);
   }
+  be.add(x, o);
   be.rmsnorm(x, rows, H, final_norm_, eps);
   const backend::Tensor& head = lm_head_.size() ? lm_head_ : embed_;
   auto finish = [&](const backend::Tensor& logits) {

@@ -121,6 +121,22 @@ class Backend {
   virtual void rope(Tensor& x, int heads, std::span<const SeqRows> seqs) = 0;
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) = 0;  // silu(gate) * up
   virtual void add(Tensor& x, const Tensor& y) = 0;                            // x += y
+  // Fused operators: each equals the sequence of operators named, bit for bit, and a backend may run it
+  // as one pass (the defaults run the sequence).
+  // x += *y when y is given (the residual add of the block before), then h = rmsnorm(x) * w.
+  virtual void add_rmsnorm(Tensor& x, const Tensor* y, Tensor& h, size_t rows, int dim, const Tensor& w, float eps) {
+    if (y) add(x, *y);
+    copy(x, h);
+    rmsnorm(h, rows, dim, w, eps);
+  }
+  // In place on x[rows][heads][head_dim]: per-head RMSNorm with w (Qwen3's QK-norm), then RoPE.
+  virtual void norm_rope(Tensor& x, int heads, int head_dim, const Tensor& w, float eps,
+                         std::span<const SeqRows> seqs) {
+    size_t rows = 0;
+    for (const SeqRows& s : seqs) rows += static_cast<size_t>(s.n);
+    rmsnorm(x, rows * static_cast<size_t>(heads), head_dim, w, eps);
+    rope(x, heads, seqs);
+  }
   // out[i][:] = x[rows[i]][:] for rows of length dim.
   virtual void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) = 0;
 
