@@ -2,9 +2,13 @@
 // gate, up, down, lm_head) times n token rows through Backend::matmul, with BF16 weights (tensor cores,
 // the activation rounded to BF16 first, as the engine runs it) and with fp32 weights (SGEMM, the old
 // path), dummy values drawn on the device. Prints one JSON object per (dtype, projection, n): median
-// milliseconds over --reps timed batches and TFLOP/s. scripts/bench/bf16-engine.sh sets PyTorch's
-// BF16 matmul at the same shapes beside it.
+// milliseconds over --reps timed batches and TFLOP/s. Then the decode step's GEMV chain in one CUDA
+// graph with fp32 and BF16 outputs. scripts/bench/bf16-engine.sh sets PyTorch's BF16 matmul and GEMV
+// chain at the same shapes beside it.
 //   cuda_gemm_bench --config bench/configs/qwen3-8b/config.json --tokens 1,8,8192 [--reps 7]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -87,6 +91,68 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+  // The decode step's projection chain at batch 1 (every layer's 7 GEMVs and lm_head, BF16 weights),
+  // captured in one CUDA graph and replayed, with fp32 output (the engine's GEMMs) and with BF16 output
+  // (PyTorch's): what the weights cost a decode step without anything else, and what the output dtype
+  // costs.
+  {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    cublasSetStream(h, st);
+    void* ws = nullptr;
+    cudaMalloc(&ws, size_t{32} << 20);
+    cublasSetWorkspace(h, ws, size_t{32} << 20);
+    std::vector<backend::Tensor> weights;
+    const int L = static_cast<int>(cfg.num_hidden_layers);
+    for (int l = 0; l < L; ++l)
+      for (int p = 0; p < 7; ++p)
+        weights.push_back(be->random_weight(static_cast<size_t>(projs[p].out) * projs[p].in, 100 + 7 * l + p,
+                                            backend::kDummyWeightScale, backend::DType::kBF16));
+    weights.push_back(be->random_weight(static_cast<size_t>(V) * H, 99, backend::kDummyWeightScale, backend::DType::kBF16));
+    const int widest = std::max({H, I, Q, V});
+    const auto x = be->random_weight(static_cast<size_t>(widest), 5, 1.0f, backend::DType::kBF16);
+    void* y = nullptr;
+    cudaMalloc(&y, static_cast<size_t>(widest) * 4);
+    wait();
+    for (auto out_type : {CUDA_R_32F, CUDA_R_16BF}) {
+      const float one = 1.0f, zero = 0.0f;
+      auto chain = [&] {
+        for (int l = 0; l <= L; ++l)
+          for (int p = 0; p < (l < L ? 7 : 1); ++p) {
+            const Proj& pr = l < L ? projs[p] : projs[7];
+            const auto& w = weights[static_cast<size_t>(l < L ? 7 * l + p : 7 * L)];
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, pr.out, 1, pr.in, &one, w.raw(), CUDA_R_16BF, pr.in, x.raw(),
+                         CUDA_R_16BF, pr.in, &zero, y, out_type, pr.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          }
+      };
+      chain();
+      cudaStreamSynchronize(st);
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+      chain();
+      cudaStreamEndCapture(st, &g);
+      cudaGraphInstantiate(&ge, g, 0);
+      std::vector<double> ms;
+      for (int r = 0; r < reps + 2; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 10; ++i) cudaGraphLaunch(ge, st);
+        cudaStreamSynchronize(st);
+        if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10);
+      }
+      std::sort(ms.begin(), ms.end());
+      std::printf("{\"chain\": \"decode_b1\", \"out\": \"%s\", \"ms\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f}\n",
+                  out_type == CUDA_R_32F ? "fp32" : "bf16", ms[ms.size() / 2], ms.front(), ms.back());
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+    }
+    cudaFree(y);
+    cudaFree(ws);
+    cublasDestroy(h);
+    cudaStreamDestroy(st);
   }
   return 0;
 }

@@ -59,6 +59,8 @@ out = sys.argv[1]
 def jl(p):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 ours, ref = jl(f"{out}/gemm-ours.jsonl"), jl(f"{out}/torch-ref.jsonl")
+chains = [x for x in ours if "chain" in x]
+ours = [x for x in ours if "dtype" in x]
 r = {x["what"] + x.get("proj", ""): x for x in ref}
 if ours and ref:
     print("\nprojection      n   ours bf16 ms  torch bf16 ms  ratio   ours fp32 ms  (TFLOP/s ours bf16)")
@@ -68,6 +70,9 @@ if ours and ref:
         t = r["prefill_gemm" + x["proj"]]
         print(f"{x['proj']:<10} {x['n']:>6} {x['ms']:>12.3f} {t['ms']:>14.3f} {x['ms']/t['ms']:>6.2f} {f['ms']:>14.3f}  ({x['tflops']:.0f})")
 chain = r.get("decode_chain_b1"); copy = r.get("copy")
+for x in chains:
+    print(f"decode GEMV chain b1 in one CUDA graph, cuBLAS BF16 -> {x['out']}: {x['ms']:.3f} ms"
+          + (f" (PyTorch's chain {chain['ms']:.3f} ms)" if chain else ""))
 dec = {w: [json.load(open(p)) for p in sorted(glob.glob(f"{out}/decode-{w}-r*.json"))] for w in ("bf16", "fp32")}
 if dec["bf16"]:
     print("\ndecode b1 8K bf16 KV: step ms median per run")
