@@ -61,8 +61,8 @@ const Blas& blas() {
 
 }  // namespace
 
-void sgemm_xwt(const float* x, int n, int in, const float* w, int out, float* y) {
-  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+void sgemm_xwt(const float* x, int n, int in, const float* w, int out, float* y, int ldy) {
+  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y, ldy ? ldy : out);
 }
 
 std::string blas_core_name() {

@@ -15,8 +15,9 @@
 
 namespace minimakv::backend::detail {
 
-// y[n][out] = x[n][in] * W[out][in]^T, row-major fp32 (cblas_sgemm).
-void sgemm_xwt(const float* x, int n, int in, const float* w, int out, float* y);
+// y[n][out] = x[n][in] * W[out][in]^T, row-major fp32 (cblas_sgemm); rows of y are ldy apart (ldy >= out,
+// 0 meaning out), so a block of W's rows can write its columns of a wider y.
+void sgemm_xwt(const float* x, int n, int in, const float* w, int out, float* y, int ldy = 0);
 
 // The kernel set OpenBLAS chose (openblas_get_corename()), e.g. "SkylakeX"; loads the library.
 std::string blas_core_name();

@@ -27,6 +27,9 @@ class CpuBackend final : public Backend {
   Tensor alloc(size_t n) override {
     return Tensor(new float[n], n, [](float* p) { delete[] p; });
   }
+  static Tensor alloc_bf16(size_t n) {
+    return Tensor(new uint16_t[n], n, DType::kBF16, [](void* p) { delete[] static_cast<uint16_t*>(p); });
+  }
   Tensor upload(std::span<const float> host) override {
     Tensor t = alloc(host.size());
     std::copy(host.begin(), host.end(), t.data());
@@ -36,18 +39,27 @@ class CpuBackend final : public Backend {
     if (out.size() != t.size()) throw std::invalid_argument("to_host: size mismatch");
     std::copy_n(t.data(), t.size(), out.data());
   }
-  // The CPU backend computes in fp32: BF16 weights are widened (exactly) whatever dtype is asked for.
-  Tensor upload_bf16(std::span<const uint16_t> bits, DType) override {
+  // BF16 weights stay BF16 in host memory when asked (half the RAM; matmul widens them block by block),
+  // else they are widened once. The CPU computes in fp32 either way, so the products are the same.
+  Tensor upload_bf16(std::span<const uint16_t> bits, DType dtype) override {
+    if (dtype == DType::kBF16) {
+      Tensor t = alloc_bf16(bits.size());
+      std::copy(bits.begin(), bits.end(), static_cast<uint16_t*>(t.raw()));
+      return t;
+    }
     Tensor t = alloc(bits.size());
     for (size_t i = 0; i < bits.size(); ++i) t.data()[i] = codec::bf16_to_float(bits[i]);
     return t;
   }
   Tensor random_weight(size_t n, uint64_t seed, float scale, DType dtype) override {
-    Tensor t = alloc(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float w = dummy_weight(seed, i, scale);
-      t.data()[i] = dtype == DType::kBF16 ? codec::bf16_to_float(codec::float_to_bf16(w)) : w;
+    if (dtype == DType::kBF16) {
+      Tensor t = alloc_bf16(n);
+      auto* b = static_cast<uint16_t*>(t.raw());
+      for (size_t i = 0; i < n; ++i) b[i] = codec::float_to_bf16(dummy_weight(seed, i, scale));
+      return t;
     }
+    Tensor t = alloc(n);
+    for (size_t i = 0; i < n; ++i) t.data()[i] = dummy_weight(seed, i, scale);
     return t;
   }
 
@@ -57,7 +69,12 @@ class CpuBackend final : public Backend {
     for (size_t r = 0; r < ids.size(); ++r) {
       if (ids[r] < 0 || static_cast<size_t>(ids[r] + 1) * d > table.size())
         throw std::invalid_argument("embed: token id out of range");
-      std::copy_n(table.data() + static_cast<size_t>(ids[r]) * d, d, out.data() + r * d);
+      if (table.dtype() == DType::kBF16) {
+        const auto* row = static_cast<const uint16_t*>(table.raw()) + static_cast<size_t>(ids[r]) * d;
+        for (size_t i = 0; i < d; ++i) out.data()[r * d + i] = codec::bf16_to_float(row[i]);
+      } else {
+        std::copy_n(table.data() + static_cast<size_t>(ids[r]) * d, d, out.data() + r * d);
+      }
     }
   }
   void copy(const Tensor& src, Tensor& dst) override {
@@ -65,7 +82,10 @@ class CpuBackend final : public Backend {
     std::copy_n(src.data(), src.size(), dst.data());
   }
   void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) override {
-    backend::matmul(all(x), n, in, all(w), out, all(y));
+    if (w.dtype() == DType::kBF16)
+      backend::matmul_bf16(all(x), n, in, {static_cast<const uint16_t*>(w.raw()), w.size()}, out, all(y));
+    else
+      backend::matmul(all(x), n, in, all(w), out, all(y));
   }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     backend::rmsnorm(all(x).first(rows * static_cast<size_t>(dim)), dim, all(w), eps);

@@ -1,6 +1,8 @@
 #include "minimakv/backend/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <stdexcept>
 
@@ -13,6 +15,28 @@ void matmul(std::span<const float> x, int n, int in, std::span<const float> w, i
       y.size() != static_cast<size_t>(n) * out)
     throw std::invalid_argument("matmul: shape mismatch");
   detail::sgemm_xwt(x.data(), n, in, w.data(), out, y.data());
+}
+
+void matmul_bf16(std::span<const float> x, int n, int in, std::span<const uint16_t> w, int out, std::span<float> y) {
+  if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
+      y.size() != static_cast<size_t>(n) * out)
+    throw std::invalid_argument("matmul: shape mismatch");
+  // Debian's OpenBLAS has no BF16 GEMM: blocks of W's rows are widened (exactly: BF16 is the top half
+  // of an fp32) into a cache-sized fp32 buffer and multiplied there, so memory holds and streams two
+  // bytes per weight and the products equal the fp32 path's.
+  const size_t rows_per_block = std::max<size_t>(16, (size_t{256} << 10) / (4 * static_cast<size_t>(in)));
+  thread_local std::vector<float> block;
+  block.resize(rows_per_block * static_cast<size_t>(in));
+  for (size_t o0 = 0; o0 < static_cast<size_t>(out); o0 += rows_per_block) {
+    const size_t rows = std::min(rows_per_block, static_cast<size_t>(out) - o0);
+    const uint16_t* src = w.data() + o0 * static_cast<size_t>(in);
+    const size_t count = rows * static_cast<size_t>(in);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(&block[i], &bits, sizeof bits);
+    }
+    detail::sgemm_xwt(x.data(), n, in, block.data(), static_cast<int>(rows), y.data() + o0, out);
+  }
 }
 
 std::string gemm_kernels() {

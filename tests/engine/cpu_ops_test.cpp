@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -36,6 +37,48 @@ TEST(CpuOps, MatmulMatchesFp64Reference) {
             << "n=" << n << " in=" << in << " out=" << out << " at " << r << "," << c;
       }
   }
+}
+
+// BF16 weights widened block by block: against fp64 on the widened weights, with `out` spanning several
+// blocks (a block holds 256 KiB of widened rows, at least 16 rows) and remainders.
+TEST(CpuOps, Bf16MatmulMatchesFp64ReferenceAcrossBlocks) {
+  auto rng = testing::rng_for_test();
+  std::normal_distribution<float> g;
+  std::uniform_int_distribution<int> dim(1, 300);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int n = trial < 3 ? 1 : dim(rng), in = trial % 2 ? 4096 + dim(rng) : dim(rng), out = 17 + 3 * dim(rng);
+    std::vector<float> x(static_cast<size_t>(n) * in), y(static_cast<size_t>(n) * out);
+    std::vector<uint16_t> w(static_cast<size_t>(out) * in);
+    for (auto& v : x) v = g(rng);
+    for (auto& v : w) {
+      const float f = g(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      v = static_cast<uint16_t>(bits >> 16);  // truncation: any BF16 value will do
+    }
+    testing::poison(y);
+    matmul_bf16(x, n, in, w, out, y);
+    auto widen = [](uint16_t b) {
+      const uint32_t bits = static_cast<uint32_t>(b) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return static_cast<double>(f);
+    };
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < out; ++c) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < in; ++k) {
+          const double p = x[static_cast<size_t>(r) * in + k] * widen(w[static_cast<size_t>(c) * in + k]);
+          ref += p;
+          mag += std::abs(p);
+        }
+        ASSERT_NEAR(y[static_cast<size_t>(r) * out + c], ref, 1e-6 * in * mag + 1e-30)
+            << "n=" << n << " in=" << in << " out=" << out << " at " << r << "," << c;
+      }
+  }
+  std::vector<float> x(6), y(4);
+  std::vector<uint16_t> w(6);
+  EXPECT_THROW(matmul_bf16(x, 2, 3, w, 2, std::span<float>(y).first(3)), std::invalid_argument);
 }
 
 TEST(CpuOps, MatmulRefusesMismatchedShapes) {

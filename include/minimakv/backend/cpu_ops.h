@@ -14,6 +14,8 @@ namespace minimakv::backend {
 
 // y[n][out] = x[n][in] * W[out][in]^T
 void matmul(std::span<const float> x, int n, int in, std::span<const float> w, int out, std::span<float> y);
+// The same with W in BF16 bits, widened block by block (products equal matmul's on the widened W).
+void matmul_bf16(std::span<const float> x, int n, int in, std::span<const uint16_t> w, int out, std::span<float> y);
 // x[n][dim] <- x / sqrt(mean(x^2) + eps) * weight, per row of length dim.
 void rmsnorm(std::span<float> x, int dim, std::span<const float> weight, float eps);
 // out[i] = silu(gate[i]) * up[i]

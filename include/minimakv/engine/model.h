@@ -25,7 +25,8 @@ namespace minimakv::engine {
 // How a model's weights are made and kept.
 struct LoadOptions {
   // Projection and embedding matrices: kAuto keeps what the backend computes with (BF16 on CUDA, where
-  // checkpoint BF16 is kept as stored and F16/F32 are rounded once; fp32 on the CPU); kFp32 forces fp32
+  // checkpoint BF16 is kept as stored and F16/F32 are rounded once; fp32 on the CPU); kBf16 on the CPU
+  // keeps them BF16 in RAM (half the bytes; GEMMs widen them block by block, exactly); kFp32 forces fp32
   // (debugging: the CUDA backend then runs fp32 SGEMM). Norm weights are always fp32.
   enum class Weights { kAuto, kBf16, kFp32 } weights = Weights::kAuto;
   // Dummy weights: config.json alone, every matrix drawn from backend::dummy_weight with a seed derived
