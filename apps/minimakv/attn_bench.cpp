@@ -1,15 +1,17 @@
 #include "attn_bench.h"
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fmt/core.h>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/attention/reference.h"
 #include "minimakv/codec/page_codec.h"
@@ -184,5 +186,23 @@ int run_attn_bench(const AttnBenchOptions& opt) {
   if (opt.json) fmt::print("{}\n", out.dump(2));
   return 0;
 }
+
+namespace {
+const Registration kCommand(
+    {"attn-bench", "decode attention: dense BF16 vs FP8-only vs mixed FP8/TQ3", 40, [](CLI::App& sub) {
+       auto opt = std::make_shared<AttnBenchOptions>();
+       sub.add_option("--contexts", opt->contexts, "context lengths in tokens")->check(CLI::Range(1, 1 << 24));
+       sub.add_option("--page-size", opt->page_size, "tokens per page")->check(CLI::Range(16, 4096));
+       sub.add_option("--reps", opt->reps, "timed repetitions (after one warm-up)")->check(CLI::Range(3, 100000));
+       sub.add_option("--fp8-fraction", opt->fp8_fraction, "share of FP8 pages in the mixed arm")
+           ->check(finite())
+           ->check(CLI::Range(0.0, 1.0));
+       sub.add_option("--error-max-context", opt->error_max_context, "largest context with an fp64 error check")
+           ->check(CLI::Range(0, 1 << 24));
+       sub.add_option("--seed", opt->seed, "random seed");
+       sub.add_flag("--json", opt->json, "machine-readable output");
+       return std::function<int()>([=] { return run_attn_bench(*opt); });
+     }});
+}  // namespace
 
 }  // namespace minimakv::app

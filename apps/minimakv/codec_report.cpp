@@ -1,15 +1,17 @@
 #include "codec_report.h"
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fmt/core.h>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/codec/fp8_e4m3.h"
 #include "minimakv/codec/half.h"
 #include "minimakv/codec/page_layout.h"
@@ -255,5 +257,19 @@ int run_codec_report(const CodecReportOptions& opt) {
   if (opt.json) fmt::print("{}\n", out.dump(2));
   return 0;
 }
+
+namespace {
+const Registration kCommand({"codec-report", "measure FP8 and TQ3 error, bits per scalar and speed", 10,
+                             [](CLI::App& sub) {
+                               auto opt = std::make_shared<CodecReportOptions>();
+                               opt->seed =
+                                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+                               sub.add_option("--seed", opt->seed, "random seed (default: from the clock; printed)");
+                               sub.add_option("--vectors", opt->vectors, "vectors per (head_dim, distribution) cell")
+                                   ->check(CLI::Range(64, 1000000));
+                               sub.add_flag("--json", opt->json, "machine-readable output");
+                               return std::function<int()>([=] { return run_codec_report(*opt); });
+                             }});
+}  // namespace
 
 }  // namespace minimakv::app

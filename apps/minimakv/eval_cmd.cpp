@@ -1,13 +1,15 @@
 #include "eval_cmd.h"
 
-#include <fmt/format.h>
-
 #include <chrono>
 #include <cstdio>
+#include <fmt/format.h>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/eval/report.h"
 #include "minimakv/eval/runner.h"
 
@@ -164,5 +166,53 @@ int run_eval(EvalCmdOptions o) {
   if (!o.json.empty()) std::ofstream(o.json) << j.dump(1) << "\n";
   return 0;
 }
+
+namespace {
+const Registration kCommand(
+    {"eval", "RULER-NIAH, KL and KV memory of bf16 / fp8 / minima arms on identical inputs", 70, [](CLI::App& sub) {
+       auto opt = std::make_shared<EvalCmdOptions>();
+       opt->model = default_model_dir();
+       opt->data = default_data_dir();
+       sub.add_option("what", opt->what, "niah, kl, memory, all, or merge (NIAH runs of --inputs into one report)")
+           ->check(CLI::IsMember({"niah", "kl", "memory", "all", "merge"}));
+       sub.add_option("--inputs", opt->inputs, "merge: --json files of NIAH runs (e.g. shards by task)")
+           ->delimiter(',');
+       sub.add_option("--model", opt->model, "model directory");
+       sub.add_option("--data", opt->data,
+                      "directory made by scripts/data/extract_corpus.py (essay, evaluation words)");
+       sub.add_option("--tasks", opt->tasks, "RULER NIAH tasks (default: all eight)")->delimiter(',');
+       sub.add_option("--lengths", opt->lengths, "lengths in model tokens, prompt plus generation budget")
+           ->delimiter(',')
+           ->check(CLI::Range(1, 1 << 24));
+       sub.add_option("--examples", opt->examples, "examples per task and length")->check(CLI::Range(1, 100000));
+       sub.add_option("--first-example", opt->first_example,
+                      "index of the first example (split one protocol into runs)")
+           ->check(CLI::Range(0, 100000));
+       sub.add_option("--arms", opt->arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")
+           ->delimiter(',');
+       sub.add_option("--seed", opt->seed, "example and bootstrap seed");
+       sub.add_option("--page-size", opt->page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
+       sub.add_option("--prefill-chunk", opt->prefill_chunk, "prompt tokens per prefill chunk")
+           ->check(CLI::Range(16, 1 << 20));
+       sub.add_option("--gen-budget", opt->gen_budget, "answer tokens reserved inside each length")
+           ->check(CLI::Range(1, 4096));
+       sub.add_option("--threads", opt->threads, "CPU threads (default: all)")->check(CLI::Range(0, 4096));
+       sub.add_option("--device", opt->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option("--kl-lengths", opt->kl_lengths, "KL window lengths")
+           ->delimiter(',')
+           ->check(CLI::Range(1, 1 << 24));
+       sub.add_option("--kl-windows", opt->kl_windows, "KL windows per length")->check(CLI::Range(1, 100000));
+       sub.add_option("--kl-score-tokens", opt->kl_score_tokens, "scored positions at the end of each window")
+           ->check(CLI::Range(0, 1 << 24));
+       sub.add_option("--memory-tokens", opt->memory_tokens, "live-token counts for the memory table")
+           ->delimiter(',')
+           ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+       sub.add_flag("--dry-run", opt->dry_run, "generate the NIAH examples and print their lengths; run no model");
+       sub.add_flag("--quick", opt->quick, "CPU smoke run: 1K tokens, 1 example per task, bf16 vs minima");
+       sub.add_option("--json", opt->json, "write machine-readable results here");
+       sub.add_option("--markdown", opt->markdown, "write the Markdown report here");
+       return std::function<int()>([=] { return run_eval(*opt); });
+     }});
+}  // namespace
 
 }  // namespace minimakv::app

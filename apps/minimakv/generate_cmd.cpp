@@ -1,13 +1,16 @@
 #include "generate_cmd.h"
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <cstdio>
+#include <fmt/core.h>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "command.h"
+#include "default_paths.h"
 
 namespace minimakv::app {
 
@@ -263,5 +266,60 @@ int run_generate(GenerateCmdOptions opt) {
   }
   return 0;
 }
+
+namespace {
+const Registration kCommand(
+    {"generate", "run a prompt through a model with the KV cache in bf16, fp8 or minima mode", 60, [](CLI::App& sub) {
+       auto opt = std::make_shared<GenerateCmdOptions>();
+       opt->model = default_model_dir();
+       sub.add_option("--model", opt->model, "model directory (config.json, tokenizer.json, safetensors)");
+       auto* prompt_opt = sub.add_option("--prompt", opt->prompt, "prompt text");
+       sub.add_option("--prompt-file", opt->prompt_file, "read the prompt from this file");
+       sub.add_option("--prompt-tokens", opt->prompt_tokens, "cut or cyclically repeat the prompt to this many tokens")
+           ->check(CLI::Range(size_t{0}, size_t{1} << 24));
+       sub.add_option("--batch", opt->batch, "decode this many prompts together, each starting further into the text")
+           ->check(CLI::Range(1, 4096));
+       sub.add_option("--also", opt->batch_prompts, "further prompts, decoded together with the first (batched decode)")
+           ->expected(1)
+           ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+       sub.add_option("--kv", opt->kv, "bf16 (dense control), fp8 or minima")
+           ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
+       sub.add_option("--device", opt->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+       sub.add_option("--weights", opt->weights,
+                      "weight matrices: auto (BF16 on cuda, fp32 on cpu), bf16, or fp32 (debugging)")
+           ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+       sub.add_flag("--dummy-weights", opt->dummy_weights,
+                    "random weights from --model's config.json alone (benchmarks at real geometry; bench/configs/)");
+       sub.add_option("--dummy-seed", opt->dummy_seed, "seed of the dummy weights");
+       opt->fallback_tokenizer = default_model_dir() + "/tokenizer.json";
+       sub.add_option("--max-tokens", opt->gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+       sub.add_option("--page-size", opt->gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
+       sub.add_option("--prefill-chunk", opt->gen.prefill_chunk, "prompt tokens per prefill chunk")
+           ->check(CLI::Range(1, 1 << 20));
+       sub.add_option("--recent-window", opt->gen.controller.recent_window, "Recent pages (minima)")
+           ->check(CLI::Range(1u, 1u << 20));
+       sub.add_option("--anchor-budget", opt->gen.controller.anchor_budget, "scored Anchor pages (minima)")
+           ->check(CLI::Range(0u, 1u << 20));
+       sub.add_option("--sinks", opt->gen.controller.sink_pages, "sink pages kept as Anchors (minima)")
+           ->check(CLI::Range(0u, 1u << 20));
+       sub.add_option("--checkpoint-interval", opt->gen.checkpoint_interval, "decode tokens between retier checkpoints")
+           ->check(CLI::Range(0, 1 << 20));
+       sub.add_option("--protected-layers", opt->gen.protected_layers, "layers kept FP8 in every tier (minima)")
+           ->check(CLI::Range(0, 1 << 18));
+       sub.add_option("--temperature", opt->gen.temperature, "0 for greedy")
+           ->check(finite())
+           ->check(CLI::Range(0.0, 100.0));
+       sub.add_option("--top-p", opt->gen.top_p, "nucleus mass")->check(finite())->check(CLI::Range(0.0, 1.0));
+       sub.add_option("--seed", opt->gen.seed, "sampling seed");
+       sub.add_flag("--json", opt->json, "machine-readable output");
+       sub.add_flag("--ignore-eos", opt->ignore_eos, "generate --max-tokens tokens even past an end-of-sequence token");
+       sub.add_flag("--prompt-logits", opt->prompt_logits, "with --json: include the logits after the prompt");
+       sub.add_flag("--scoring", opt->gen.controller.scoring, "feed attention page scores to the controller (minima)");
+       return std::function<int()>([=] {
+         opt->prompt_given = prompt_opt->count() > 0;
+         return run_generate(*opt);
+       });
+     }});
+}  // namespace
 
 }  // namespace minimakv::app

@@ -1,15 +1,17 @@
 #include "kv_stats_cmd.h"
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <cmath>
+#include <fmt/core.h>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/codec/fp8_e4m3.h"
 #include "minimakv/codec/half.h"
 #include "minimakv/codec/page_layout.h"
@@ -174,5 +176,21 @@ int run_kv_stats(const KvStatsOptions& opt) {
   }
   return 0;
 }
+
+namespace {
+const Registration kCommand(
+    {"kv-stats", "FP8 and TQ3 error on a model's own keys and values", 20, [](CLI::App& sub) {
+       auto opt = std::make_shared<KvStatsOptions>();
+       opt->model = default_model_dir();
+       opt->data = default_data_dir();
+       sub.add_option("--model", opt->model, "model directory (config.json, model.safetensors, tokenizer.json)");
+       sub.add_option("--data", opt->data, "data directory (corpus/essay.txt)");
+       sub.add_option("--tokens", opt->tokens, "tokens of essay text to run")->check(CLI::Range(128, 1 << 20));
+       sub.add_option("--page-size", opt->page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
+       sub.add_option("--threads", opt->threads, "CPU threads (default: all)")->check(CLI::Range(0, 4096));
+       sub.add_option("--json", opt->json, "write machine-readable results here");
+       return std::function<int()>([=] { return run_kv_stats(*opt); });
+     }});
+}  // namespace
 
 }  // namespace minimakv::app

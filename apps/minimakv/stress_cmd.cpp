@@ -1,9 +1,11 @@
 #include "stress_cmd.h"
 
 #include <fmt/core.h>
-
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/sim/stress.h"
 
 namespace minimakv::app {
@@ -62,5 +64,16 @@ int run_stress_cmd(const StressCmdOptions& opt) {
   }
   return r.ok() ? 0 : 1;
 }
+
+namespace {
+const Registration kCommand(
+    {"stress", "randomized model-based simulation of the paged KV store", 30, [](CLI::App& sub) {
+       auto opt = std::make_shared<StressCmdOptions>();
+       sub.add_option("--ops", opt->ops, "operations to run")->check(CLI::Range(uint64_t{1}, uint64_t{1000000000}));
+       sub.add_option("--seed", opt->seed, "random seed");
+       sub.add_flag("--json", opt->json, "machine-readable output");
+       return std::function<int()>([=] { return run_stress_cmd(*opt); });
+     }});
+}  // namespace
 
 }  // namespace minimakv::app

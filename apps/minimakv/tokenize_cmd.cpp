@@ -1,15 +1,17 @@
 #include "tokenize_cmd.h"
 
-#include <fmt/core.h>
-
 #include <algorithm>
 #include <chrono>
+#include <fmt/core.h>
 #include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
-#include <iterator>
-#include <nlohmann/json.hpp>
 
+#include "command.h"
+#include "default_paths.h"
 #include "minimakv/model/tokenizer.h"
 
 namespace minimakv::app {
@@ -48,5 +50,18 @@ int run_tokenize(const std::string& model_dir, int reps) {
   fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return 0;
 }
+
+namespace {
+const Registration kCommand({"tokenize", "encode a JSON array of strings from stdin (tokenizer parity)", 50,
+                             [](CLI::App& sub) {
+                               auto model = std::make_shared<std::string>(default_model_dir());
+                               auto reps = std::make_shared<int>(0);
+                               sub.add_option("--model", *model, "model directory holding tokenizer.json");
+                               sub.add_option("--reps", *reps,
+                                              "also time this many encodings of each string (median seconds)")
+                                   ->check(CLI::Range(0, 1000));
+                               return std::function<int()>([=] { return run_tokenize(*model, *reps); });
+                             }});
+}  // namespace
 
 }  // namespace minimakv::app
