@@ -136,14 +136,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
 
 int run_generate(GenerateCmdOptions opt) {
   // Everything a request can get wrong is checked before the model is loaded.
-  if (opt.kv == "bf16")
-    opt.gen.mode = cache::KvMode::kBf16;
-  else if (opt.kv == "fp8")
-    opt.gen.mode = cache::KvMode::kFp8;
-  else if (opt.kv == "minima")
-    opt.gen.mode = cache::KvMode::kMinima;
-  else
-    throw std::invalid_argument("generate: --kv must be bf16, fp8 or minima");
+  opt.gen.mode = cache::parse_kv_mode(opt.kv);
   if (opt.prompt_given == !opt.prompt_file.empty())
     throw std::invalid_argument("generate: give exactly one of --prompt and --prompt-file");
   if (opt.prompt_given && opt.prompt.empty()) throw std::invalid_argument("generate: --prompt is empty");

@@ -572,7 +572,7 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
       if (!seen.insert({t.seq, t.page}).second) throw InvalidArgument("apply: a page appears twice in the plan");
       const Row& r = s.rows[t.page];
       const bool to_stale = t.target == Tier::kStale, is_stale = r.tier == Tier::kStale;
-      if (to_stale && cfg_.mode != KvMode::kMinima) {
+      if (to_stale && !retiers(cfg_.mode)) {
         throw InvalidArgument(std::string("apply: mode ") + to_string(cfg_.mode) + " keeps every page in one format");
       }
       if (to_stale && !r.sealed) throw InvalidArgument("apply: only full, sealed pages can become Stale");

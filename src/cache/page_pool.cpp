@@ -32,6 +32,12 @@ const char* to_string(KvMode m) {
   return "?";
 }
 
+KvMode parse_kv_mode(std::string_view name) {
+  for (KvMode m : {KvMode::kBf16, KvMode::kFp8, KvMode::kMinima})
+    if (name == to_string(m)) return m;
+  throw std::invalid_argument("unknown KV mode '" + std::string(name) + "' (bf16, fp8 or minima)");
+}
+
 PagePool::PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages, bool host_bytes)
     : layout_(format, geometry), capacity_(capacity_pages), host_bytes_(host_bytes) {
   if (host_bytes_) storage_.assign((capacity_ + 1) * layout_.bytes(), uint8_t{0});

@@ -65,7 +65,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
                             const std::function<void(int32_t)>& on_token) {
   const std::vector<cache::SeqId> seqs{seq};
   auto checkpoint = [&] {
-    if (opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+    if (cache::retiers(opt.mode)) ctl.checkpoint(store, seqs);
   };
   std::vector<int32_t> stops = opt.stop_ids;
   if (stops.empty())
@@ -73,7 +73,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
   GenerateResult r;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits, scores;
-  const bool scoring = opt.mode == cache::KvMode::kMinima && opt.controller.scoring;
+  const bool scoring = cache::retiers(opt.mode) && opt.controller.scoring;
   auto step = [&](std::span<const int32_t> ids) {
     logits = model.forward(store, seq, ids, pool, false, scoring ? &scores : nullptr);
     if (scoring) ctl.observe(seq, scores);
@@ -141,7 +141,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
   policy::TierController ctl(opt.controller);
   std::vector<cache::SeqId> seqs;
   for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(store.create_sequence());
-  const bool minima = opt.mode == cache::KvMode::kMinima, scoring = minima && opt.controller.scoring;
+  const bool minima = cache::retiers(opt.mode), scoring = minima && opt.controller.scoring;
   auto checkpoint = [&] {
     if (minima) ctl.checkpoint(store, seqs);
   };

@@ -106,7 +106,7 @@ cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, 
   s.mode = mode;
   const size_t pages = (max_tokens / static_cast<size_t>(tokens_per_page) + 2) * static_cast<size_t>(s.layers);
   (mode == cache::KvMode::kBf16 ? s.bf16_pages : s.fp8_pages) = pages;
-  if (mode == cache::KvMode::kMinima) s.tq3_pages = pages;
+  if (cache::retiers(mode)) s.tq3_pages = pages;
   return s;
 }
 

@@ -10,12 +10,10 @@ namespace minimakv::eval {
 
 std::string ArmSpec::describe() const {
   const auto& c = opt.controller;
-  std::string s = std::string(opt.mode == cache::KvMode::kBf16  ? "bf16"
-                              : opt.mode == cache::KvMode::kFp8 ? "fp8"
-                                                                : "minima") +
+  std::string s = std::string(cache::to_string(opt.mode)) +
                   ", " + std::to_string(opt.tokens_per_page) + "-token pages, prefill chunks of " +
                   std::to_string(opt.prefill_chunk) + " with a retier checkpoint after each";
-  if (opt.mode == cache::KvMode::kMinima)
+  if (cache::retiers(opt.mode))
     s += "; Recent " + std::to_string(c.recent_window) + " pages, sinks " + std::to_string(c.sink_pages) +
          (c.scoring ? ", " + std::to_string(c.anchor_budget) + " scored Anchor pages" : ", no scored anchors");
   if (prefix_reuse) s += "; document cached by a first request, question asked through the prefix cache";
@@ -151,7 +149,7 @@ std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<
   const std::vector<cache::SeqId> seqs{seq};
   const size_t V = model.config().vocab_size, n = ids.size(), first_scored = n - static_cast<size_t>(score);
   const size_t chunk = static_cast<size_t>(arm.opt.prefill_chunk);
-  const bool scoring = arm.opt.mode == cache::KvMode::kMinima && arm.opt.controller.scoring;
+  const bool scoring = cache::retiers(arm.opt.mode) && arm.opt.controller.scoring;
   std::vector<float> out(static_cast<size_t>(score) * V), page_scores;
   for (size_t p = 0; p < n; p += chunk) {
     const size_t m = std::min(chunk, n - p);
@@ -159,7 +157,7 @@ std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<
     const auto logits = model.forward(store, seq, std::span<const int32_t>(ids).subspan(p, m), pool, want,
                                       scoring ? &page_scores : nullptr);
     if (scoring) ctl.observe(seq, page_scores);
-    if (arm.opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+    if (cache::retiers(arm.opt.mode)) ctl.checkpoint(store, seqs);
     if (!want) continue;
     for (size_t i = 0; i < m; ++i) {
       const size_t pos = p + i;
@@ -259,7 +257,7 @@ std::vector<MemoryRecord> project_memory(const engine::Model& model, const std::
         store.begin_append(seq, ids);
         for (int l = 0; l < static_cast<int>(c.num_hidden_layers); ++l) store.write_layer(seq, l, zeros, zeros);
         store.commit_append(seq);
-        if (arm.opt.mode == cache::KvMode::kMinima) ctl.checkpoint(store, seqs);
+        if (cache::retiers(arm.opt.mode)) ctl.checkpoint(store, seqs);
       }
       out.push_back({name, T, KvUse::from(store.accounting())});
       store.finish(seq);

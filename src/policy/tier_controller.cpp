@@ -60,7 +60,7 @@ std::vector<KvStore::Transition> TierController::plan_with(const KvStore& store,
     }
     for (size_t p = 0; p < n; ++p) {
       if (target[p] == table[p].tier) continue;
-      if (store.config().mode != cache::KvMode::kMinima && target[p] == Tier::kStale) continue;
+      if (!cache::retiers(store.config().mode) && target[p] == Tier::kStale) continue;
       if (table[p].tier == Tier::kStale) need += unprotected;  // promotion writes FP8 pages
       out.push_back({seq, static_cast<uint32_t>(p), target[p]});
     }

@@ -333,3 +333,22 @@ TEST(KvStore, PinOfOneLayerHoldsOnlyThatLayersPages) {
 
 }  // namespace
 }  // namespace minimakv::cache
+
+namespace minimakv::cache {
+namespace {
+
+TEST(KvMode, NamesRoundTripAndAnUnknownNameIsAnError) {
+  for (KvMode m : {KvMode::kBf16, KvMode::kFp8, KvMode::kMinima}) EXPECT_EQ(parse_kv_mode(to_string(m)), m);
+  try {
+    parse_kv_mode("tq3");
+    FAIL() << "accepted an unknown mode";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'tq3'"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(retiers(KvMode::kMinima));
+  EXPECT_FALSE(retiers(KvMode::kFp8));
+  EXPECT_FALSE(retiers(KvMode::kBf16));
+}
+
+}  // namespace
+}  // namespace minimakv::cache

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "minimakv/codec/page_layout.h"
 
@@ -34,6 +35,12 @@ const char* to_string(RefKind k);
 // How a sequence stores its KV: dense control (BF16), every page FP8, or the Minima tiers.
 enum class KvMode : uint8_t { kBf16 = 0, kFp8 = 1, kMinima = 2 };
 const char* to_string(KvMode m);
+// "bf16", "fp8" or "minima"; anything else throws std::invalid_argument naming the choices. The one
+// place a mode's name is read.
+KvMode parse_kv_mode(std::string_view name);
+// Whether the mode stores any page Stale (TQ3): only then do retier checkpoints and attention page
+// scores change anything, so callers run them only for such modes. The one place that rule lives.
+constexpr bool retiers(KvMode m) { return m == KvMode::kMinima; }
 
 struct PageEntry {
   PageFormat format = PageFormat::kFp8;
