@@ -1,0 +1,232 @@
+// Every operator of the CUDA backend against the CPU backend (the reference) over a grid of shapes, on
+// fresh random inputs, outputs poisoned before each call. Per-operator tolerances: data movement
+// (embed, copy, gather_rows, add) is exact; fp32 arithmetic in another order (rmsnorm, rope, swiglu,
+// the fused operators) within a few ulps; GEMMs against fp64 (BF16 weights: of the BF16-rounded inputs).
+// The fused kernels must also equal the CUDA kernels they replace bit for bit, and the BF16 copy a
+// fused norm writes for the next GEMM must equal a fresh conversion.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "minimakv/backend/backend.h"
+#include "minimakv/codec/half.h"
+#include "test_util.h"
+
+namespace minimakv::backend {
+namespace {
+
+model::ModelConfig config(int head_dim) {
+  model::ModelConfig c;
+  c.hidden_size = 512;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = head_dim;
+  c.rope_theta = 1e6;
+  c.max_position_embeddings = 1 << 16;
+  return c;
+}
+
+struct Pair {
+  std::unique_ptr<Backend> cpu, gpu;
+  explicit Pair(int head_dim) : cpu(make_cpu_backend(config(head_dim))), gpu(make_cuda_backend(config(head_dim))) {}
+};
+
+std::vector<float> randn(std::mt19937_64& rng, size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> g(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+std::vector<float> down(Backend& be, const Tensor& t) {
+  std::vector<float> out(t.size());
+  be.to_host(t, out);
+  return out;
+}
+
+// A device tensor filled with NaN, so that an element the kernel fails to write is caught.
+Tensor poisoned(Backend& be, size_t n) {
+  std::vector<float> p(n);
+  testing::poison(p);
+  return be.upload(p);
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * (1.0 + std::abs(want[i]))) << what << " at " << i;
+}
+
+TEST(BackendOps, MovementIsExact) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  for (int dim : {1, 64, 1000}) {
+    const int vocab = 50, rows = 7;
+    const auto table = randn(rng, static_cast<size_t>(vocab) * dim);
+    std::vector<int32_t> ids(rows);
+    for (auto& i : ids) i = static_cast<int32_t>(rng() % vocab);
+    std::vector<float> got[2];
+    for (int d = 0; d < 2; ++d) {
+      Backend& be = d ? *b.gpu : *b.cpu;
+      const Tensor t = be.upload(table);
+      Tensor out = poisoned(be, static_cast<size_t>(rows) * dim);
+      be.embed(t, dim, ids, out);
+      got[d] = down(be, out);
+    }
+    EXPECT_EQ(got[0], got[1]) << "embed dim " << dim;
+    // BF16 table: the widened BF16 values, on both backends.
+    std::vector<uint16_t> bits(table.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = codec::float_to_bf16(table[i]);
+    for (int d = 0; d < 2; ++d) {
+      Backend& be = d ? *b.gpu : *b.cpu;
+      const Tensor t = be.upload_bf16(bits, DType::kBF16);
+      Tensor out = poisoned(be, static_cast<size_t>(rows) * dim);
+      be.embed(t, dim, ids, out);
+      got[d] = down(be, out);
+    }
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < dim; ++i)
+        ASSERT_EQ(got[1][static_cast<size_t>(r) * dim + i],
+                  codec::bf16_to_float(bits[static_cast<size_t>(ids[static_cast<size_t>(r)]) * dim + i]));
+    EXPECT_EQ(got[0], got[1]) << "bf16 embed dim " << dim;
+    // add, copy, gather_rows
+    const auto x = randn(rng, static_cast<size_t>(rows) * dim), y = randn(rng, x.size());
+    std::vector<int> pick{6, 0, 3};
+    for (int d = 0; d < 2; ++d) {
+      Backend& be = d ? *b.gpu : *b.cpu;
+      Tensor tx = be.upload(x), ty = be.upload(y), tc = poisoned(be, x.size()),
+             tg = poisoned(be, pick.size() * static_cast<size_t>(dim));
+      be.add(tx, ty);
+      be.copy(tx, tc);
+      be.gather_rows(tc, dim, pick, tg);
+      got[d] = down(be, tg);
+    }
+    EXPECT_EQ(got[0], got[1]) << "add/copy/gather dim " << dim;
+  }
+}
+
+TEST(BackendOps, NormsRopeSwigluAndTheirFusionsMatch) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  for (int head_dim : {64, 128, 256}) {
+    Pair b(head_dim);
+    for (int rows : {1, 5, 64}) {
+      const int heads = 4, dim = heads * head_dim;
+      std::vector<SeqRows> seqs{{1, 0, rows / 2, static_cast<uint32_t>(rng() % 5000)},
+                                {2, rows / 2, rows - rows / 2, static_cast<uint32_t>(rng() % 30000)}};
+      if (rows / 2 == 0) seqs.erase(seqs.begin()), seqs[0].row = 0;
+      const auto x = randn(rng, static_cast<size_t>(rows) * dim, 3.0f), y = randn(rng, x.size());
+      const auto w = randn(rng, static_cast<size_t>(dim)), wh = randn(rng, static_cast<size_t>(head_dim));
+      std::vector<float> out[2][5];
+      for (int d = 0; d < 2; ++d) {
+        Backend& be = d ? *b.gpu : *b.cpu;
+        const Tensor tw = be.upload(w), twh = be.upload(wh);
+        // add_rmsnorm against add + copy + rmsnorm on the same backend
+        Tensor x1 = be.upload(x), y1 = be.upload(y), h1 = poisoned(be, x.size());
+        be.add_rmsnorm(x1, &y1, h1, static_cast<size_t>(rows), dim, tw, 1e-6f);
+        Tensor x2 = be.upload(x), y2 = be.upload(y), h2 = poisoned(be, x.size());
+        be.add(x2, y2);
+        be.copy(x2, h2);
+        be.rmsnorm(h2, static_cast<size_t>(rows), dim, tw, 1e-6f);
+        out[d][0] = down(be, h1);
+        EXPECT_EQ(out[d][0], down(be, h2)) << "add_rmsnorm is not add + copy + rmsnorm on " << be.describe();
+        EXPECT_EQ(down(be, x1), down(be, x2));
+        // norm_rope against rmsnorm (per head) + rope
+        Tensor q1 = be.upload(x), q2 = be.upload(x);
+        be.norm_rope(q1, heads, head_dim, twh, 1e-6f, seqs);
+        be.rmsnorm(q2, static_cast<size_t>(rows) * heads, head_dim, twh, 1e-6f);
+        be.rope(q2, heads, seqs);
+        out[d][1] = down(be, q1);
+        EXPECT_EQ(out[d][1], down(be, q2)) << "norm_rope is not rmsnorm + rope on " << be.describe();
+        // swiglu
+        Tensor g = be.upload(x), u = be.upload(y), a = poisoned(be, x.size());
+        be.swiglu(g, u, a);
+        out[d][2] = down(be, a);
+      }
+      const std::string shape = "head_dim " + std::to_string(head_dim) + " rows " + std::to_string(rows);
+      // Sums of squares in another order (a tree on the GPU), FMA contraction and expf differ by ulps.
+      expect_close(out[1][0], out[0][0], 1e-5, "add_rmsnorm " + shape);
+      expect_close(out[1][1], out[0][1], 1e-5, "norm_rope " + shape);
+      expect_close(out[1][2], out[0][2], 1e-5, "swiglu " + shape);
+    }
+  }
+}
+
+// GEMMs against fp64: fp32 weights (SGEMM), BF16 weights (tensor cores on the GPU, the activation
+// rounded to BF16; widened blocks on the CPU, the activation exact).
+TEST(BackendOps, GemmsMatchFp64) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  for (auto [n, in, out] : {std::tuple{1, 64, 48}, {3, 512, 1000}, {17, 1024, 96}, {130, 256, 4100}}) {
+    const auto x = randn(rng, static_cast<size_t>(n) * in), w = randn(rng, static_cast<size_t>(out) * in, 0.05f);
+    std::vector<uint16_t> wb(w.size());
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = codec::float_to_bf16(w[i]);
+    for (int d = 0; d < 2; ++d) {
+      Backend& be = d ? *b.gpu : *b.cpu;
+      for (bool bf16 : {false, true}) {
+        const Tensor tx = be.upload(x), tw = bf16 ? be.upload_bf16(wb, DType::kBF16) : be.upload(w);
+        Tensor ty = poisoned(be, static_cast<size_t>(n) * out);
+        be.matmul(tx, n, in, tw, out, ty);
+        const auto y = down(be, ty);
+        const bool round_x = bf16 && d == 1;
+        for (int r = 0; r < n; ++r)
+          for (int c = 0; c < out; ++c) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < in; ++k) {
+              double xv = x[static_cast<size_t>(r) * in + k];
+              if (round_x) xv = codec::bf16_to_float(codec::float_to_bf16(static_cast<float>(xv)));
+              const double wv = bf16 ? codec::bf16_to_float(wb[static_cast<size_t>(c) * in + k])
+                                     : w[static_cast<size_t>(c) * in + k];
+              ref += xv * wv;
+              mag += std::abs(xv * wv);
+            }
+            // fp32 accumulation in any order: error bounded by ~in * eps * sum |x_k w_k|.
+            ASSERT_NEAR(y[static_cast<size_t>(r) * out + c], ref, 1e-6 * in * mag + 1e-30)
+                << be.describe() << (bf16 ? " bf16" : " fp32") << " n=" << n << " in=" << in << " out=" << out;
+          }
+      }
+    }
+  }
+}
+
+// The BF16 copy that add_rmsnorm and swiglu write for the next GEMM equals a fresh conversion: a GEMM
+// on their output gives the same bits as one on a copy of it (which must be converted anew).
+TEST(BackendOps, FusedBf16CopiesEqualAFreshConversion) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  Backend& be = *b.gpu;
+  const int rows = 9, dim = 768, out = 320;
+  const auto x = randn(rng, static_cast<size_t>(rows) * dim), y = randn(rng, x.size()),
+             w = randn(rng, static_cast<size_t>(dim)), m = randn(rng, static_cast<size_t>(out) * dim, 0.05f);
+  std::vector<uint16_t> mb(m.size());
+  for (size_t i = 0; i < m.size(); ++i) mb[i] = codec::float_to_bf16(m[i]);
+  const Tensor tm = be.upload_bf16(mb, DType::kBF16), tw = be.upload(w);
+  Tensor tx = be.upload(x), ty = be.upload(y), h = poisoned(be, x.size()), fresh = poisoned(be, x.size());
+  be.add_rmsnorm(tx, &ty, h, rows, dim, tw, 1e-6f);
+  Tensor y1 = poisoned(be, static_cast<size_t>(rows) * out), y2 = poisoned(be, static_cast<size_t>(rows) * out);
+  be.matmul(h, rows, dim, tm, out, y1);  // reads the norm's own BF16 copy
+  be.copy(h, fresh);
+  be.matmul(fresh, rows, dim, tm, out, y2);  // converts anew
+  EXPECT_EQ(down(be, y1), down(be, y2));
+  Tensor a = poisoned(be, x.size()), a2 = poisoned(be, x.size());
+  be.swiglu(tx, ty, a);
+  be.matmul(a, rows, dim, tm, out, y1);
+  be.copy(a, a2);
+  be.matmul(a2, rows, dim, tm, out, y2);
+  EXPECT_EQ(down(be, y1), down(be, y2));
+  // Writing the source invalidates its copy: the next GEMM sees the new values.
+  be.add(h, ty);
+  be.matmul(h, rows, dim, tm, out, y1);
+  be.copy(h, fresh);
+  be.matmul(fresh, rows, dim, tm, out, y2);
+  EXPECT_EQ(down(be, y1), down(be, y2));
+}
+
+}  // namespace
+}  // namespace minimakv::backend
