@@ -97,17 +97,22 @@ MemoryReport Model::memory() const {
   return r;
 }
 
-cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const {
+cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode mode, int tokens_per_page,
+                                    size_t max_tokens) {
   cache::StoreConfig s;
-  s.layers = static_cast<int>(cfg_.num_hidden_layers);
-  s.kv_heads = static_cast<int>(cfg_.num_key_value_heads);
-  s.head_dim = static_cast<int>(cfg_.head_dim);
+  s.layers = static_cast<int>(cfg.num_hidden_layers);
+  s.kv_heads = static_cast<int>(cfg.num_key_value_heads);
+  s.head_dim = static_cast<int>(cfg.head_dim);
   s.tokens_per_page = tokens_per_page;
   s.mode = mode;
   const size_t pages = (max_tokens / static_cast<size_t>(tokens_per_page) + 2) * static_cast<size_t>(s.layers);
   (mode == cache::KvMode::kBf16 ? s.bf16_pages : s.fp8_pages) = pages;
   if (cache::retiers(mode)) s.tq3_pages = pages;
   return s;
+}
+
+cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const {
+  return store_config_for(cfg_, mode, tokens_per_page, max_tokens);
 }
 
 std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,

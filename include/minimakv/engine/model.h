@@ -46,6 +46,11 @@ struct MemoryReport {
   std::optional<backend::DeviceMemory> device;  // free / total device memory, on a GPU backend
 };
 
+// A store configuration for this geometry: pools sized for max_tokens tokens of one sequence in the
+// formats the mode uses (FP8 and TQ3 both for minima).
+cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode mode, int tokens_per_page,
+                                    size_t max_tokens);
+
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::string& dir, backend::Device device = backend::Device::kCpu,
