@@ -279,7 +279,7 @@ const Registration kCommand(
            ->check(CLI::IsMember({"bf16", "fp8", "minima"}));
        sub.add_option("--device", opt->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
        sub.add_option("--weights", opt->weights,
-                      "weight matrices: auto (BF16 on cuda, fp32 on cpu), bf16, or fp32 (debugging)")
+                      "weight matrices: auto (BF16 on cuda; the checkpoint's precision on cpu), bf16, or fp32")
            ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
        sub.add_flag("--dummy-weights", opt->dummy_weights,
                     "random weights from --model's config.json alone (benchmarks at real geometry; bench/configs/)");

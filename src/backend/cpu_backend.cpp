@@ -6,6 +6,7 @@
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
+#include "bf16_gemv.h"
 #include "minimakv/backend/dummy_weights.h"
 #include "minimakv/codec/half.h"
 
@@ -82,10 +83,21 @@ class CpuBackend final : public Backend {
     std::copy_n(src.data(), src.size(), dst.data());
   }
   void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) override {
-    if (w.dtype() == DType::kBF16)
-      backend::matmul_bf16(all(x), n, in, {static_cast<const uint16_t*>(w.raw()), w.size()}, out, all(y));
-    else
-      backend::matmul(all(x), n, in, all(w), out, all(y));
+    if (w.dtype() != DType::kBF16) return backend::matmul(all(x), n, in, all(w), out, all(y));
+    const std::span<const uint16_t> wb(static_cast<const uint16_t*>(w.raw()), w.size());
+    if (n > detail::kMaxGemvRows) return backend::matmul_bf16(all(x), n, in, wb, out, all(y));
+    // A decode step's few rows: each BF16 row of W is read once for all of them, widened in registers,
+    // output rows split across the backend's threads (a GEMV is bound by the bytes of W).
+    if (x.size() != static_cast<size_t>(n) * in || w.size() != static_cast<size_t>(out) * in ||
+        y.size() != static_cast<size_t>(n) * out)
+      throw std::invalid_argument("matmul: shape mismatch");
+    constexpr size_t kRowsPerTask = 64;
+    const size_t tasks = (static_cast<size_t>(out) + kRowsPerTask - 1) / kRowsPerTask;
+    if (!threads_) threads_ = std::make_unique<attention::ThreadPool>();
+    threads_->parallel_for(tasks, [&](size_t t) {
+      detail::bf16_gemv_rows(x.data(), n, in, wb.data(), t * kRowsPerTask,
+                             std::min(static_cast<size_t>(out), (t + 1) * kRowsPerTask), out, y.data());
+    });
   }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     backend::rmsnorm(all(x).first(rows * static_cast<size_t>(dim)), dim, all(w), eps);
@@ -137,6 +149,7 @@ class CpuBackend final : public Backend {
  private:
   Rope rope_;
   int head_dim_;
+  std::unique_ptr<attention::ThreadPool> threads_;  // the BF16 GEMV's, made on first use; OpenBLAS has its own
 };
 
 }  // namespace

@@ -26,11 +26,17 @@ std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device devic
   m->backend_ = backend::make_backend(device, c);
   backend::Backend& be = *m->backend_;
   using W = LoadOptions::Weights;
-  m->weight_dtype_ = options.weights == W::kAuto   ? be.default_weight_dtype()
-                     : options.weights == W::kBf16 ? backend::DType::kBF16
-                                                   : backend::DType::kF32;
   std::optional<model::Checkpoint> ck;
   if (!options.dummy) ck = model::Checkpoint::open(dir);
+  // kAuto: the backend's compute dtype where it has one of its own (CUDA: BF16); otherwise the
+  // checkpoint's precision, so a BF16 checkpoint stays BF16 (the same values, half the bytes of their
+  // fp32 widening) and an F32 or F16 one is not rounded. Dummy weights count as a BF16 checkpoint.
+  const bool bf16_checkpoint =
+      options.dummy || ck->tensor("model.embed_tokens.weight").dtype == model::DType::kBF16;
+  m->weight_dtype_ = options.weights == W::kBf16 ? backend::DType::kBF16
+                     : options.weights == W::kFp32 ? backend::DType::kF32
+                     : be.default_weight_dtype() == backend::DType::kBF16 || bf16_checkpoint ? backend::DType::kBF16
+                                                                                              : backend::DType::kF32;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
   auto numel = [](const std::vector<int64_t>& shape) {

@@ -7,7 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
+#include "minimakv/codec/half.h"
 #include "test_util.h"
 
 namespace minimakv::backend {
@@ -79,6 +81,42 @@ TEST(CpuOps, Bf16MatmulMatchesFp64ReferenceAcrossBlocks) {
   std::vector<float> x(6), y(4);
   std::vector<uint16_t> w(6);
   EXPECT_THROW(matmul_bf16(x, 2, 3, w, 2, std::span<float>(y).first(3)), std::invalid_argument);
+}
+
+// The CPU backend's BF16 matmul for a decode step's few rows (the threaded GEMV) and for more rows (the
+// widening SGEMM), through Backend::matmul, against fp64 on the widened weights.
+TEST(CpuOps, BackendBf16MatmulMatchesFp64ForFewAndManyRows) {
+  auto rng = testing::rng_for_test();
+  std::normal_distribution<float> g;
+  model::ModelConfig cfg;
+  cfg.head_dim = 64;
+  cfg.num_attention_heads = 1;
+  const auto be = make_cpu_backend(cfg);
+  for (int n : {1, 2, 5, 8, 9, 33}) {
+    const int in = 200 + static_cast<int>(rng() % 900), out = 1 + static_cast<int>(rng() % 700);
+    std::vector<float> x(static_cast<size_t>(n) * in), y(static_cast<size_t>(n) * out);
+    std::vector<uint16_t> w(static_cast<size_t>(out) * in);
+    for (auto& v : x) v = g(rng);
+    for (auto& v : w) v = codec::float_to_bf16(g(rng));
+    const Tensor tx = be->upload(x), tw = be->upload_bf16(w, DType::kBF16);
+    ASSERT_EQ(tw.dtype(), DType::kBF16);
+    testing::poison(y);
+    Tensor ty = be->upload(y);
+    be->matmul(tx, n, in, tw, out, ty);
+    be->to_host(ty, y);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < out; ++c) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < in; ++k) {
+          const double p = static_cast<double>(x[static_cast<size_t>(r) * in + k]) *
+                           codec::bf16_to_float(w[static_cast<size_t>(c) * in + k]);
+          ref += p;
+          mag += std::abs(p);
+        }
+        ASSERT_NEAR(y[static_cast<size_t>(r) * out + c], ref, 1e-6 * in * mag + 1e-30)
+            << "n=" << n << " in=" << in << " out=" << out << " at " << r << "," << c;
+      }
+  }
 }
 
 TEST(CpuOps, MatmulRefusesMismatchedShapes) {

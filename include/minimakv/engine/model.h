@@ -24,10 +24,10 @@ namespace minimakv::engine {
 
 // How a model's weights are made and kept.
 struct LoadOptions {
-  // Projection and embedding matrices: kAuto keeps what the backend computes with (BF16 on CUDA, where
-  // checkpoint BF16 is kept as stored and F16/F32 are rounded once; fp32 on the CPU); kBf16 on the CPU
-  // keeps them BF16 in RAM (half the bytes; GEMMs widen them block by block, exactly); kFp32 forces fp32
-  // (debugging: the CUDA backend then runs fp32 SGEMM). Norm weights are always fp32.
+  // Projection and embedding matrices. kAuto: BF16 on CUDA (checkpoint BF16 kept as stored, F16/F32
+  // rounded once); on the CPU the checkpoint's precision (a BF16 checkpoint stays BF16 in RAM, half the
+  // bytes, widened exactly in registers by the GEMV or block by block for the GEMM; F32/F16 stay fp32).
+  // kBf16 / kFp32 force one (kFp32 on CUDA: fp32 SGEMM, for debugging). Norm weights are always fp32.
   enum class Weights { kAuto, kBf16, kFp32 } weights = Weights::kAuto;
   // Dummy weights: config.json alone, every matrix drawn from backend::dummy_weight with a seed derived
   // from dummy_seed and the tensor's name, norms 1. For benchmarks at a real model's geometry.
