@@ -52,19 +52,26 @@ __global__ void dummy_f32_kernel(float* w, size_t n, uint64_t seed, float scale)
     w[i] = dummy_weight(seed, i, scale);
 }
 
-// One block per row; the sum of squares in fp32, reduced through shared memory.
-__global__ void rmsnorm_kernel(float* x, int dim, const float* w, float eps) {
+// 1 / sqrt(mean of squares + eps) of a row whose threads hold partial sums of squares `ss`: one tree
+// through shared memory, the same in every norm kernel, so they agree bit for bit. Every thread of the
+// block (kThreads of them) must call it.
+__device__ float inverse_rms(float ss, int dim, float eps) {
   __shared__ float partial[kThreads];
-  float* row = x + static_cast<size_t>(blockIdx.x) * dim;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
   partial[threadIdx.x] = ss;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+  return 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+}
+
+// One block per row; the sum of squares in fp32, reduced through shared memory.
+__global__ void rmsnorm_kernel(float* x, int dim, const float* w, float eps) {
+  float* row = x + static_cast<size_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
+  const float inv = inverse_rms(ss, dim, eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) row[i] = row[i] * inv * w[i];
 }
 
@@ -93,7 +100,6 @@ __global__ void rope_kernel(float* x, int rows, int heads, int head_dim, const u
 // rmsnorm run one after another.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bfloat16* hb, int dim, const float* w,
                                    float eps) {
-  __shared__ float partial[kThreads];
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float* row = x + base;
   float ss = 0.0f;
@@ -105,13 +111,7 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bflo
     }
     ss += v * v;
   }
-  partial[threadIdx.x] = ss;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+  const float inv = inverse_rms(ss, dim, eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
     const float v = row[i] * inv * w[i];
     h[base + i] = v;
@@ -124,18 +124,11 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bflo
 // bit-identical to the two kernels in sequence.
 __global__ void norm_rope_kernel(float* x, int heads, int head_dim, const float* w, float eps,
                                  const uint32_t* positions, const float* inv_freq) {
-  __shared__ float partial[kThreads];
   extern __shared__ float vec[];
   float* v = x + static_cast<size_t>(blockIdx.x) * head_dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += v[i] * v[i];
-  partial[threadIdx.x] = ss;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(head_dim) + eps);
+  const float inv = inverse_rms(ss, head_dim, eps);
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vec[i] = v[i] * inv * w[i];
   __syncthreads();
   const int half = head_dim / 2;
