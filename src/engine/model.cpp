@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 #include "minimakv/backend/dummy_weights.h"
-
 #include "minimakv/model/safetensors.h"
 
 namespace minimakv::engine {
