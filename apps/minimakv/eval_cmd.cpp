@@ -77,10 +77,11 @@ int run_eval(EvalCmdOptions o) {
   if (o.what == "merge") return run_merge(o);
   fill_defaults(o);
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = engine::Model::load(o.model, backend::parse_device(o.device));
   const unsigned threads =
       o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
-  attention::ThreadPool pool(threads);
+  engine::LoadOptions load;
+  load.cpu_threads = threads;
+  auto model = engine::Model::load(o.model, backend::parse_device(o.device), load);
   const std::string where = model->backend().device() == backend::Device::kCuda
                                 ? "GPU " + model->backend().describe()
                                 : std::to_string(threads) + " CPU threads (" + model->backend().describe() + ")";
@@ -128,7 +129,7 @@ int run_eval(EvalCmdOptions o) {
     size_t done = 0;
     const size_t total = (o.tasks.empty() ? eval::ruler_niah_tasks().size() : o.tasks.size()) * o.lengths.size() *
                          static_cast<size_t>(o.examples) * o.arms.size();
-    const auto recs = eval::run_niah(*model, data, cfg, &pool, [&](const eval::NiahRecord& r) {
+    const auto recs = eval::run_niah(*model, data, cfg, [&](const eval::NiahRecord& r) {
       std::fprintf(stderr, "\r[%zu/%zu] %s %d #%d %s: %.2f   ", ++done, total, r.task.c_str(), r.length, r.index,
                    r.arm.c_str(), r.score);
     });
@@ -142,7 +143,7 @@ int run_eval(EvalCmdOptions o) {
     for (const auto& a : o.arms)
       if (a != "minima-reuse") arms.push_back(a);
     const auto kl = eval::run_kl(*model, data, o.kl_lengths, o.kl_windows, o.kl_score_tokens, arms, o.page_size,
-                                 o.prefill_chunk, o.seed, &pool);
+                                 o.prefill_chunk, o.seed);
     md += fmt::format(
               "\n### KL divergence of next-token distributions (held-out essay, last {} positions of each window)\n",
               o.kl_score_tokens) +

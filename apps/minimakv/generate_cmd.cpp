@@ -82,8 +82,7 @@ void print_memory(const engine::Model& model, const cache::Accounting* acct, nlo
 }
 
 // --also: every prompt is prefilled, then all decode together; each completion is printed at the end.
-int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt,
-              attention::ThreadPool& pool) {
+int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prompts, const GenerateCmdOptions& opt) {
   const auto context = static_cast<size_t>(model.config().max_position_embeddings);
   for (const auto& p : opt.batch_prompts) {
     auto ids = model.tokenizer().encode_bounded(p, context - static_cast<size_t>(opt.gen.max_new_tokens));
@@ -95,7 +94,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
                          static_cast<size_t>(model.config().max_position_embeddings))
       throw std::invalid_argument(
           "generate: every prompt must be non-empty and fit the model's context with the new tokens");
-  const auto rs = engine::generate_batch(model, prompts, opt.gen, &pool);
+  const auto rs = engine::generate_batch(model, prompts, opt.gen);
   size_t generated = 0;
   for (const auto& r : rs) generated += r.tokens.size();
   const auto& a = rs[0].accounting;
@@ -195,13 +194,12 @@ int run_generate(GenerateCmdOptions opt) {
     throw std::invalid_argument("generate: prompt of " + std::to_string(ids.size()) + " tokens plus " +
                                 std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
                                 std::to_string(model->config().max_position_embeddings));
-  attention::ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
   if (opt.ignore_eos) opt.gen.stop_ids = {-1};  // no token id matches
   opt.gen.keep_prompt_logits = opt.prompt_logits;
   if (!opt.batch_prompts.empty() || opt.batch > 1) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < opt.batch; ++i) prompts.push_back(prompt_at(static_cast<size_t>(i)));
-    return run_batch(*model, std::move(prompts), opt, pool);
+    return run_batch(*model, std::move(prompts), opt);
   }
   if (!opt.json) {
     fmt::print(stderr, "prompt: {} tokens, kv {}, device {}\n", ids.size(), opt.kv, model->backend().describe());
@@ -214,7 +212,7 @@ int run_generate(GenerateCmdOptions opt) {
     if (l < 0 || l >= model->config().num_hidden_layers)
       throw std::invalid_argument("generate: protected layer " + std::to_string(l) + " out of range");
   std::string streamed;
-  const auto r = engine::generate(*model, ids, opt.gen, &pool, [&](int32_t t) {
+  const auto r = engine::generate(*model, ids, opt.gen, [&](int32_t t) {
     if (opt.json) return;
     const std::string piece = text_of(*model, std::vector<int32_t>{t});
     std::fwrite(piece.data(), 1, piece.size(), stdout);

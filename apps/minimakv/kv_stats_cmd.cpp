@@ -112,17 +112,16 @@ void print_row(const std::string& layer, const char* tensor, const TensorStats& 
 
 int run_kv_stats(const KvStatsOptions& opt) {
   if (opt.tokens < 2 * opt.page_size) throw std::invalid_argument("kv-stats: --tokens must cover at least two pages");
-  const auto model = engine::Model::load(opt.model);
+  engine::LoadOptions load;
+  load.cpu_threads = opt.threads > 0 ? static_cast<unsigned>(opt.threads) : 0;
+  const auto model = engine::Model::load(opt.model, backend::Device::kCpu, load);
   const auto data = eval::load_niah_data(opt.data);
   const auto ids = eval::essay_window(data, model->tokenizer(), 0, opt.tokens);
 
-  const unsigned threads =
-      opt.threads > 0 ? static_cast<unsigned>(opt.threads) : std::max(1u, std::thread::hardware_concurrency());
-  attention::ThreadPool pool(threads);
   auto store = model->make_store(model->store_config(cache::KvMode::kBf16, opt.page_size, ids.size()));
   const cache::SeqId seq = store->create_sequence();
   for (size_t i = 0; i < ids.size(); i += 512)
-    model->forward(*store, seq, std::span<const int32_t>(ids).subspan(i, std::min<size_t>(512, ids.size() - i)), &pool);
+    model->forward(*store, seq, std::span<const int32_t>(ids).subspan(i, std::min<size_t>(512, ids.size() - i)));
 
   const auto& geo = store->geometry();
   const codec::PageLayout layout(codec::PageFormat::kBf16, geo);

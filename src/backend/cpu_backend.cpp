@@ -2,6 +2,8 @@
 // store's host pools.
 #include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <thread>
 
 #include "minimakv/attention/paged_attention.h"
 #include "minimakv/backend/backend.h"
@@ -20,7 +22,9 @@ std::span<float> all(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const model::ModelConfig& cfg) : rope_(cfg), head_dim_(static_cast<int>(cfg.head_dim)) {}
+  CpuBackend(const model::ModelConfig& cfg, unsigned threads)
+      : rope_(cfg), head_dim_(static_cast<int>(cfg.head_dim)),
+        pool_(threads ? threads : std::max(1u, std::thread::hardware_concurrency())) {}
 
   Device device() const override { return Device::kCpu; }
   std::string describe() const override { return "cpu, " + gemm_kernels(); }
@@ -93,8 +97,7 @@ class CpuBackend final : public Backend {
       throw std::invalid_argument("matmul: shape mismatch");
     constexpr size_t kRowsPerTask = 64;
     const size_t tasks = (static_cast<size_t>(out) + kRowsPerTask - 1) / kRowsPerTask;
-    if (!threads_) threads_ = std::make_unique<attention::ThreadPool>();
-    threads_->parallel_for(tasks, [&](size_t t) {
+    pool_.parallel_for(tasks, [&](size_t t) {
       detail::bf16_gemv_rows(x.data(), n, in, wb.data(), t * kRowsPerTask,
                              std::min(static_cast<size_t>(out), (t + 1) * kRowsPerTask), out, y.data());
     });
@@ -126,8 +129,8 @@ class CpuBackend final : public Backend {
   }
 
   void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
-                 const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
-                 std::vector<std::vector<float>>* page_scores, float score_weight) override {
+                 const Tensor& v, Tensor& out, int q_heads, std::vector<std::vector<float>>* page_scores,
+                 float score_weight) override {
     const auto& sc = store.config();
     const size_t qrow = static_cast<size_t>(q_heads) * sc.head_dim,
                  kvrow = static_cast<size_t>(sc.kv_heads) * sc.head_dim;
@@ -140,7 +143,7 @@ class CpuBackend final : public Backend {
         auto pin = store.pin(s.seq);
         const auto in = attention::layer_input(store, pin, layer, q_heads);
         attention::attend(in, {all(q).subspan(r * qrow, m * qrow), s.n, s.first}, all(out).subspan(r * qrow, m * qrow),
-                          page_scores ? &partials : nullptr, {0, pool});
+                          page_scores ? &partials : nullptr, {0, &pool_});
       }
       if (page_scores) add_page_scores((*page_scores)[i], attention::page_scores(partials), score_weight);
     }
@@ -149,7 +152,8 @@ class CpuBackend final : public Backend {
  private:
   Rope rope_;
   int head_dim_;
-  std::unique_ptr<attention::ThreadPool> threads_;  // the BF16 GEMV's, made on first use; OpenBLAS has its own
+  // Attention's and the BF16 GEMV's threads (OpenBLAS has its own). One forward pass at a time uses it.
+  attention::ThreadPool pool_;
 };
 
 }  // namespace
@@ -177,12 +181,12 @@ void add_page_scores(std::vector<float>& acc, std::span<const float> scores, flo
   for (size_t p = 0; p < scores.size(); ++p) acc[p] += scores[p] * weight;
 }
 
-std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg) {
-  return std::make_unique<CpuBackend>(cfg);
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg, unsigned threads) {
+  return std::make_unique<CpuBackend>(cfg, threads);
 }
 
-std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg) {
-  return d == Device::kCuda ? make_cuda_backend(cfg) : make_cpu_backend(cfg);
+std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg, unsigned cpu_threads) {
+  return d == Device::kCuda ? make_cuda_backend(cfg) : make_cpu_backend(cfg, cpu_threads);
 }
 
 #ifndef MINIMAKV_WITH_CUDA

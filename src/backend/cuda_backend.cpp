@@ -314,7 +314,7 @@ class CudaBackend final : public Backend {
   }
 
   void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
-                 const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
+                 const Tensor& v, Tensor& out, int q_heads,
                  std::vector<std::vector<float>>* page_scores, float score_weight) override;
 
   AttentionStats attention_stats() const override { return stats_; }
@@ -597,7 +597,7 @@ const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int laye
 }
 
 void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
-                            const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool*,
+                            const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
                             std::vector<std::vector<float>>* page_scores, float score_weight) {
   auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
   if (!dev)

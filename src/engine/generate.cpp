@@ -61,7 +61,7 @@ namespace {
 
 // Prefill (from the sequence's current length) and decode on an existing sequence.
 GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::TierController& ctl, cache::SeqId seq,
-                            std::span<const int32_t> rest, const GenerateOptions& opt, attention::ThreadPool* pool,
+                            std::span<const int32_t> rest, const GenerateOptions& opt,
                             const std::function<void(int32_t)>& on_token) {
   const std::vector<cache::SeqId> seqs{seq};
   auto checkpoint = [&] {
@@ -75,7 +75,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
   std::vector<float> logits, scores;
   const bool scoring = cache::retiers(opt.mode) && opt.controller.scoring;
   auto step = [&](std::span<const int32_t> ids) {
-    logits = model.forward(store, seq, ids, pool, false, scoring ? &scores : nullptr);
+    logits = model.forward(store, seq, ids, false, scoring ? &scores : nullptr);
     if (scoring) ctl.observe(seq, scores);
   };
   const size_t chunk = static_cast<size_t>(std::max(1, opt.prefill_chunk));
@@ -108,7 +108,7 @@ GenerateResult run_sequence(const Model& model, cache::KvStore& store, policy::T
 }  // namespace
 
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        attention::ThreadPool* pool, const std::function<void(int32_t)>& on_token) {
+                        const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw std::invalid_argument("generate: empty prompt");
   validate(opt);
   const size_t total = prompt.size() + static_cast<size_t>(std::max(0, opt.max_new_tokens));
@@ -118,13 +118,13 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
   cache::KvStore& store = *owned;
   policy::TierController ctl(opt.controller);
   const cache::SeqId seq = store.create_sequence();
-  GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, pool, on_token);
+  GenerateResult r = run_sequence(model, store, ctl, seq, prompt, opt, on_token);
   store.finish(seq);
   return r;
 }
 
 std::vector<GenerateResult> generate_batch(const Model& model, std::span<const std::vector<int32_t>> prompts,
-                                           const GenerateOptions& opt, attention::ThreadPool* pool,
+                                           const GenerateOptions& opt,
                                            const std::function<void(size_t, int32_t)>& on_token) {
   if (prompts.empty()) throw std::invalid_argument("generate_batch: no prompts");
   validate(opt);
@@ -157,7 +157,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
     const auto t0 = std::chrono::steady_clock::now();
     const std::span<const int32_t> p(prompts[i]);
     for (size_t o = 0; o < p.size(); o += chunk) {
-      logits[i] = model.forward(store, seqs[i], p.subspan(o, std::min(chunk, p.size() - o)), pool, false,
+      logits[i] = model.forward(store, seqs[i], p.subspan(o, std::min(chunk, p.size() - o)), false,
                                 scoring ? &scores : nullptr);
       if (scoring) ctl.observe(seqs[i], scores);
       checkpoint();
@@ -187,7 +187,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
     std::vector<Model::SeqChunk> batch;
     for (size_t i : live) batch.push_back({seqs[i], std::span<const int32_t>(&next[i], 1)});
     std::vector<std::vector<float>> batch_scores;
-    const auto out = model.forward_batch(store, batch, pool, false, scoring ? &batch_scores : nullptr);
+    const auto out = model.forward_batch(store, batch, false, scoring ? &batch_scores : nullptr);
     for (size_t j = 0; j < live.size(); ++j) {
       logits[live[j]].assign(out.begin() + static_cast<std::ptrdiff_t>(j * V),
                              out.begin() + static_cast<std::ptrdiff_t>((j + 1) * V));
@@ -207,7 +207,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
   return res;
 }
 
-Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool)
+Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens)
     : model_(model),
       opt_((validate(opt), std::move(opt))),
       store_(model.make_store([&] {
@@ -215,8 +215,7 @@ Session::Session(const Model& model, GenerateOptions opt, size_t capacity_tokens
         sc.protected_layers = opt_.protected_layers;
         return sc;
       }())),
-      ctl_(opt_.controller),
-      pool_(pool) {}
+      ctl_(opt_.controller) {}
 
 Session::Result Session::run(std::span<const int32_t> prompt, const std::function<void(int32_t)>& on_token,
                              int max_new_tokens) {
@@ -227,7 +226,7 @@ Session::Result Session::run(std::span<const int32_t> prompt, const std::functio
   try {
     GenerateOptions opt = opt_;
     if (max_new_tokens >= 0) opt.max_new_tokens = max_new_tokens;
-    res.gen = run_sequence(model_, *store_, ctl_, seq, prompt.subspan(covered), opt, pool_, on_token);
+    res.gen = run_sequence(model_, *store_, ctl_, seq, prompt.subspan(covered), opt, on_token);
   } catch (...) {
     store_->finish(seq);
     ctl_.forget(seq);

@@ -22,7 +22,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device devic
   if (m->tok_->vocab_size() > static_cast<size_t>(c.vocab_size))
     throw std::invalid_argument(tokenizer_path + ": the tokenizer has " + std::to_string(m->tok_->vocab_size()) +
                                 " ids, more than the model's vocab_size of " + std::to_string(c.vocab_size));
-  m->backend_ = backend::make_backend(device, c);
+  m->backend_ = backend::make_backend(device, c, options.cpu_threads);
   backend::Backend& be = *m->backend_;
   using W = LoadOptions::Weights;
   std::optional<model::Checkpoint> ck;
@@ -121,17 +121,17 @@ cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, 
 }
 
 std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
-                                  attention::ThreadPool* pool, bool all_logits, std::vector<float>* page_scores) const {
+                                  bool all_logits, std::vector<float>* page_scores) const {
   const SeqChunk one{seq, ids};
   std::vector<std::vector<float>> scores;
   auto out =
-      forward_batch(store, std::span<const SeqChunk>(&one, 1), pool, all_logits, page_scores ? &scores : nullptr);
+      forward_batch(store, std::span<const SeqChunk>(&one, 1), all_logits, page_scores ? &scores : nullptr);
   if (page_scores) *page_scores = std::move(scores[0]);
   return out;
 }
 
 std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
-                                        attention::ThreadPool* pool, bool all_logits,
+                                        bool all_logits,
                                         std::vector<std::vector<float>>* page_scores) const {
   const auto& c = cfg_;
   backend::Backend& be = *backend_;
@@ -197,7 +197,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
       be.rope(q, Hq, seqs);
       be.rope(k, Hkv, seqs);
     }
-    be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, pool, page_scores, layer_weight);
+    be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, page_scores, layer_weight);
     be.matmul(attn, n, Hq * D, L.wo, H, o);
     be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);
     be.matmul(h, n, H, L.gate, I, g);

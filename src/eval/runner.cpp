@@ -84,7 +84,7 @@ size_t document_tokens(const model::Tokenizer& tok, const Example& ex) {
 }  // namespace
 
 std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& data, const NiahConfig& cfg,
-                                 attention::ThreadPool* pool, const std::function<void(const NiahRecord&)>& progress) {
+                                 const std::function<void(const NiahRecord&)>& progress) {
   std::vector<const TaskSpec*> tasks;
   if (cfg.tasks.empty())
     for (const auto& t : ruler_niah_tasks()) tasks.push_back(&t);
@@ -113,14 +113,14 @@ std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& dat
           r.prompt_tokens = ex.ids.size();
           engine::GenerateResult g;
           if (arm.prefix_reuse) {
-            engine::Session s(model, opt, 2 * static_cast<size_t>(len), pool);
+            engine::Session s(model, opt, 2 * static_cast<size_t>(len));
             const size_t doc = document_tokens(model.tokenizer(), ex);
             s.run(std::span<const int32_t>(ex.ids).first(doc), {}, 0);
             const auto res = s.run(ex.ids);
             g = res.gen;
             r.reused_tokens = res.reused_tokens;
           } else {
-            g = engine::generate(model, ex.ids, opt, pool);
+            g = engine::generate(model, ex.ids, opt);
           }
           r.output = model.tokenizer().decode(g.tokens);
           r.generated = g.tokens.size();
@@ -139,7 +139,7 @@ namespace {
 
 // Log-softmax rows of the last `score` positions of `ids`, prefilling chunk by chunk as `arm` does.
 std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<int32_t>& ids, const ArmSpec& arm,
-                                  int score, attention::ThreadPool* pool) {
+                                  int score) {
   auto sc = model.store_config(arm.opt.mode, arm.opt.tokens_per_page, ids.size());
   sc.protected_layers = arm.opt.protected_layers;
   const auto owned = model.make_store(sc);
@@ -154,7 +154,7 @@ std::vector<float> tail_log_probs(const engine::Model& model, const std::vector<
   for (size_t p = 0; p < n; p += chunk) {
     const size_t m = std::min(chunk, n - p);
     const bool want = p + m > first_scored;
-    const auto logits = model.forward(store, seq, std::span<const int32_t>(ids).subspan(p, m), pool, want,
+    const auto logits = model.forward(store, seq, std::span<const int32_t>(ids).subspan(p, m), want,
                                       scoring ? &page_scores : nullptr);
     if (scoring) ctl.observe(seq, page_scores);
     if (cache::retiers(arm.opt.mode)) ctl.checkpoint(store, seqs);
@@ -195,7 +195,7 @@ double percentile(std::vector<double> v, double q) {
 
 std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths,
                              int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
-                             int prefill_chunk, uint64_t seed, attention::ThreadPool* pool) {
+                             int prefill_chunk, uint64_t seed) {
   if (windows < 1 || score_tokens < 1) throw std::invalid_argument("run_kl: windows and score_tokens must be positive");
   const ArmSpec ref = make_arm("bf16", page_size, prefill_chunk);
   std::vector<ArmSpec> specs;
@@ -210,9 +210,9 @@ std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, c
     for (int w = 0; w < windows; ++w) {
       // A window of held-out essay text, starting at a random sentence.
       const auto ids = essay_window(data, model.tokenizer(), rng.below(data.essay_sentences.size()), len);
-      const auto base = tail_log_probs(model, ids, ref, score_tokens, pool);
+      const auto base = tail_log_probs(model, ids, ref, score_tokens);
       for (size_t a = 0; a < specs.size(); ++a) {
-        const auto lp = tail_log_probs(model, ids, specs[a], score_tokens, pool);
+        const auto lp = tail_log_probs(model, ids, specs[a], score_tokens);
         for (int p = 0; p < score_tokens; ++p) {
           fwd[a].push_back(kl(lp.data() + p * V, base.data() + p * V, V));
           rev[a].push_back(kl(base.data() + p * V, lp.data() + p * V, V));

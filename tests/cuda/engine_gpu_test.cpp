@@ -66,7 +66,6 @@ TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
   ASSERT_EQ(gpu.backend().device(), backend::Device::kCuda);
   std::vector<int32_t> ids(700);
   for (auto& t : ids) t = static_cast<int32_t>(rng() % cpu.config().vocab_size);
-  attention::ThreadPool pool(2);
   std::vector<std::vector<float>> control;  // CPU bf16 logits per chunk
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
     GenerateOptions o = needle_options(mode);
@@ -81,8 +80,8 @@ TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
     for (size_t p = 0, chunk_index = 0; p < ids.size(); p += 128, ++chunk_index) {
       const auto chunk = std::span<const int32_t>(ids).subspan(p, std::min<size_t>(128, ids.size() - p));
       std::vector<float> s1, s2;
-      const auto l1 = cpu.forward(*cs, a, chunk, &pool, true, &s1);
-      const auto l2 = gpu.forward(*gs, b, chunk, nullptr, true, &s2);
+      const auto l1 = cpu.forward(*cs, a, chunk, true, &s1);
+      const auto l2 = gpu.forward(*gs, b, chunk, true, &s2);
       const double d = rel_l2(l2, l1);
       worst = std::max(worst, d);
       if (mode == cache::KvMode::kBf16) {
@@ -123,10 +122,9 @@ TEST(CudaEngine, GreedyNeedleTextEqualsTheCpuEngine) {
   const std::string value = std::to_string(1000000 + rng() % 9000000);
   const Model &cpu = cpu_model(), &gpu = gpu_model();
   const auto ids = cpu.tokenizer().encode(needle_prompt(value));
-  attention::ThreadPool pool(2);
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
     const auto o = needle_options(mode);
-    const auto c = generate(cpu, ids, o, &pool), g = generate(gpu, ids, o);
+    const auto c = generate(cpu, ids, o), g = generate(gpu, ids, o);
     EXPECT_EQ(g.tokens, c.tokens) << cache::to_string(mode);
     const std::string text = gpu.tokenizer().decode(g.tokens);
     EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";

@@ -42,11 +42,10 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
   const Model& m = shipped();
   const auto ids = m.tokenizer().encode(needle_prompt(value));
   ASSERT_GT(ids.size(), 300u);
-  attention::ThreadPool pool(2);
   std::vector<int32_t> first;
   for (auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
     const GenerateOptions o = needle_options(mode);
-    const auto r = generate(m, ids, o, &pool);
+    const auto r = generate(m, ids, o);
     const std::string text = m.tokenizer().decode(r.tokens);
     EXPECT_NE(text.find(value), std::string::npos) << cache::to_string(mode) << ": '" << text << "'";
     EXPECT_TRUE(r.accounting.reconciled);
@@ -55,7 +54,7 @@ TEST(Engine, GreedyIsDeterministicAndRetrievesInEveryMode) {
     }
     if (mode == cache::KvMode::kBf16) {
       first = r.tokens;
-      const auto again = generate(m, ids, o, &pool);
+      const auto again = generate(m, ids, o);
       EXPECT_EQ(again.tokens, first);  // deterministic
     }
   }
@@ -65,7 +64,6 @@ TEST(Engine, BatchedDecodeMatchesOneSequenceAtATime) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   const Model& m = shipped();
-  attention::ThreadPool pool(2);
   // Three requests of different lengths (haystacks cut short to keep the sanitizer builds quick).
   std::vector<std::string> values;
   std::vector<std::vector<int32_t>> prompts;
@@ -77,11 +75,11 @@ TEST(Engine, BatchedDecodeMatchesOneSequenceAtATime) {
   }
   for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
     const GenerateOptions o = needle_options(mode);
-    const auto batch = generate_batch(m, prompts, o, &pool);
+    const auto batch = generate_batch(m, prompts, o);
     ASSERT_EQ(batch.size(), 3u);
     EXPECT_TRUE(batch[0].accounting.reconciled);
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto single = generate(m, prompts[i], o, &pool);
+      const auto single = generate(m, prompts[i], o);
       EXPECT_EQ(batch[i].tokens, single.tokens) << cache::to_string(mode) << " prompt " << i;
       EXPECT_NE(m.tokenizer().decode(batch[i].tokens).find(values[i]), std::string::npos) << "prompt " << i;
     }
@@ -94,8 +92,8 @@ TEST(Engine, BatchedDecodeMatchesOneSequenceAtATime) {
   const auto sa = a.create_sequence(), sb = a.create_sequence(), s1 = b.create_sequence(), s2 = b.create_sequence();
   const std::span<const int32_t> p0(prompts[0]), p2(prompts[2]);
   const std::vector<Model::SeqChunk> both{{sa, p0}, {sb, p2}};
-  const auto joint = m.forward_batch(a, both, &pool);
-  const auto alone0 = m.forward(b, s1, p0, &pool), alone2 = m.forward(b, s2, p2, &pool);
+  const auto joint = m.forward_batch(a, both);
+  const auto alone0 = m.forward(b, s1, p0), alone2 = m.forward(b, s2, p2);
   const size_t V = m.config().vocab_size;
   double num = 0, den = 0;
   for (size_t k = 0; k < V; ++k) {
@@ -108,11 +106,11 @@ TEST(Engine, BatchedDecodeMatchesOneSequenceAtATime) {
   cache::KvStore t(tiny);
   const auto t1 = t.create_sequence(), t2 = t.create_sequence();
   const std::vector<Model::SeqChunk> too_big{{t1, p0.first(40)}, {t2, p0}};
-  EXPECT_THROW(m.forward_batch(t, too_big, &pool), std::exception);
+  EXPECT_THROW(m.forward_batch(t, too_big), std::exception);
   EXPECT_EQ(t.length(t1), 0u);
   EXPECT_EQ(t.length(t2), 0u);
   const std::vector<Model::SeqChunk> twice{{sa, p0.first(1)}, {sa, p0.first(1)}};
-  EXPECT_THROW(m.forward_batch(a, twice, &pool), std::exception);
+  EXPECT_THROW(m.forward_batch(a, twice), std::exception);
 }
 
 TEST(Engine, PrefixReuseWarmEqualsCold) {
@@ -121,9 +119,8 @@ TEST(Engine, PrefixReuseWarmEqualsCold) {
   const std::string value = std::to_string(1000000 + rng() % 9000000);
   const Model& m = shipped();
   const auto ids = m.tokenizer().encode(needle_prompt(value));
-  attention::ThreadPool pool(2);
   for (auto mode : {cache::KvMode::kFp8, cache::KvMode::kMinima}) {
-    Session session(m, needle_options(mode), 4 * ids.size(), &pool);
+    Session session(m, needle_options(mode), 4 * ids.size());
     const auto cold = session.run(ids);
     const auto warm = session.run(ids);
     EXPECT_EQ(cold.reused_tokens, 0u);
@@ -173,11 +170,10 @@ TEST(Engine, PromptLogitsAreWhatTheRunDecodesFrom) {
   auto rng = testing::rng_for_test();
   const Model& m = shipped();
   const auto ids = m.tokenizer().encode(needle_prompt(std::to_string(1000000 + rng() % 9000000)));
-  attention::ThreadPool pool(2);
   GenerateOptions o = needle_options(cache::KvMode::kMinima);
   o.keep_prompt_logits = true;
   o.max_new_tokens = 1;
-  const auto r = generate(m, ids, o, &pool);
+  const auto r = generate(m, ids, o);
   ASSERT_EQ(r.prompt_logits.size(), static_cast<size_t>(m.config().vocab_size));
   ASSERT_EQ(r.tokens.size(), 1u);
   EXPECT_EQ(argmax(r.prompt_logits), r.tokens[0]);  // greedy: the first token is drawn from them
@@ -189,14 +185,14 @@ TEST(Engine, PromptLogitsAreWhatTheRunDecodesFrom) {
   std::vector<float> want;
   const std::span<const int32_t> all(ids);
   for (size_t p = 0; p < ids.size(); p += static_cast<size_t>(o.prefill_chunk)) {
-    want = m.forward(*store, seq, all.subspan(p, std::min<size_t>(o.prefill_chunk, ids.size() - p)), &pool);
+    want = m.forward(*store, seq, all.subspan(p, std::min<size_t>(o.prefill_chunk, ids.size() - p)));
     const std::vector<cache::SeqId> seqs{seq};
     ctl.checkpoint(*store, seqs);
   }
   EXPECT_EQ(r.prompt_logits, want);
   // ... and not the logits of one fresh FP8 pass over the prompt, which the CLI used to report.
   const auto fresh_store = m.make_store(m.store_config(cache::KvMode::kFp8, o.tokens_per_page, ids.size()));
-  const auto fresh = m.forward(*fresh_store, fresh_store->create_sequence(), ids, &pool);
+  const auto fresh = m.forward(*fresh_store, fresh_store->create_sequence(), ids);
   double diff = 0;
   for (size_t i = 0; i < fresh.size(); ++i) diff = std::max(diff, std::abs(static_cast<double>(fresh[i] - want[i])));
   EXPECT_GT(diff, 0.0);
@@ -258,10 +254,9 @@ TEST(Engine, Bf16WeightsInHostMemoryHalveTheBytesAndKeepTheOutput) {
               0.01 * static_cast<double>(mb.checkpoint_bytes));
   EXPECT_GT(mf.weight_bytes, 19 * mb.weight_bytes / 10);
   const auto ids = f32.tokenizer().encode(needle_prompt("4417302"));
-  attention::ThreadPool pool(2);
   GenerateOptions g = needle_options(cache::KvMode::kMinima);
   g.keep_prompt_logits = true;
-  const auto a = generate(bf, ids, g, &pool), b = generate(f32, ids, g, &pool);
+  const auto a = generate(bf, ids, g), b = generate(f32, ids, g);
   double num = 0, den = 0;
   for (size_t i = 0; i < a.prompt_logits.size(); ++i) {
     num += std::pow(static_cast<double>(a.prompt_logits[i]) - b.prompt_logits[i], 2);

@@ -35,8 +35,7 @@ TEST(EvalRunner, ArmsRunIdenticalExamplesAndReuseHitsTheCache) {
   cfg.page_size = 32;
   cfg.prefill_chunk = 128;
   cfg.gen_budget = 24;
-  attention::ThreadPool pool(2);
-  const auto recs = run_niah(model(), data, cfg, &pool);
+  const auto recs = run_niah(model(), data, cfg);
   ASSERT_EQ(recs.size(), 2u * 4u);
   for (const auto& r : recs) {
     SCOPED_TRACE(r.task + " " + r.arm);

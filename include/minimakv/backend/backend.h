@@ -149,7 +149,7 @@ class Backend {
   // the sum on its device from layer 0 on and add it to page_scores only in collect_page_scores(),
   // which the forward pass calls once after its last layer.
   virtual void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
-                         const Tensor& k, const Tensor& v, Tensor& out, int q_heads, attention::ThreadPool* pool,
+                         const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
                          std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
   virtual void collect_page_scores(std::vector<std::vector<float>>& /*page_scores*/) {}
   virtual AttentionStats attention_stats() const { return {}; }
@@ -173,11 +173,12 @@ class Backend {
 // folded into a forward pass's average over layers).
 void add_page_scores(std::vector<float>& acc, std::span<const float> scores, float weight);
 
-// The CPU backend: OpenBLAS GEMMs, Highway SIMD attention, the caller's thread pool.
-std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg);
+// The CPU backend: OpenBLAS GEMMs, Highway SIMD attention and BF16 GEMVs on a thread pool of its own with
+// `threads` threads (0: one per hardware thread).
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& cfg, unsigned threads = 0);
 // The CUDA backend: cuBLAS GEMMs, the mixed-format paged kernels, device page pools. Throws
 // std::runtime_error when the library was built without CUDA or no GPU is visible.
 std::unique_ptr<Backend> make_cuda_backend(const model::ModelConfig& cfg);
-std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg);
+std::unique_ptr<Backend> make_backend(Device d, const model::ModelConfig& cfg, unsigned cpu_threads = 0);
 
 }  // namespace minimakv::backend

@@ -52,7 +52,7 @@ struct GenerateResult {
 };
 
 GenerateResult generate(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        attention::ThreadPool* pool = nullptr, const std::function<void(int32_t)>& on_token = {});
+                        const std::function<void(int32_t)>& on_token = {});
 
 // Several prompts in one store: each prompt is prefilled in chunks (with checkpoints, as generate()
 // does), then every unfinished sequence advances together, one batched forward pass per step
@@ -60,7 +60,7 @@ GenerateResult generate(const Model& model, std::span<const int32_t> prompt, con
 // token). decode_seconds of every result is the wall time of the shared decode loop; accounting is the
 // shared store's at the end.
 std::vector<GenerateResult> generate_batch(const Model& model, std::span<const std::vector<int32_t>> prompts,
-                                           const GenerateOptions& opt, attention::ThreadPool* pool = nullptr,
+                                           const GenerateOptions& opt,
                                            const std::function<void(size_t, int32_t)>& on_token = {});
 
 // Requests that share one KV store, so a later prompt reuses the cached full pages of an earlier one
@@ -68,7 +68,7 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<const s
 // installs the FP8 copy of a page when the cache still holds it, else its Stale (TQ3) copy.
 class Session {
  public:
-  Session(const Model& model, GenerateOptions opt, size_t capacity_tokens, attention::ThreadPool* pool = nullptr);
+  Session(const Model& model, GenerateOptions opt, size_t capacity_tokens);
   struct Result {
     GenerateResult gen;
     size_t reused_tokens = 0;  // prompt tokens served from the prefix cache
@@ -84,7 +84,6 @@ class Session {
   GenerateOptions opt_;
   std::unique_ptr<cache::KvStore> store_;
   policy::TierController ctl_;
-  attention::ThreadPool* pool_;
 };
 
 }  // namespace minimakv::engine

@@ -36,6 +36,8 @@ struct LoadOptions {
   // The tokenizer.json to use when the model directory has none (a dummy model's directory holds only
   // config.json); its ids must fit the model's vocabulary.
   std::string fallback_tokenizer;
+  // CPU backend: threads for attention and the BF16 GEMV (0: one per hardware thread).
+  unsigned cpu_threads = 0;
 };
 
 // Where a model's memory went (bytes).
@@ -68,8 +70,7 @@ class Model {
   // one when all_logits ([n][vocab]). With page_scores, also returns one attention score per logical
   // page of the sequence (eq. 7-9 from the kernel's own page partials: all query heads and queries of
   // the chunk, averaged over layers), which the tier controller folds into its EWMA.
-  std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
-                             attention::ThreadPool* pool = nullptr, bool all_logits = false,
+  std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids, bool all_logits = false,
                              std::vector<float>* page_scores = nullptr) const;
 
   // Several sequences in one pass (batched decode, or prefill chunks of different requests): the
@@ -82,7 +83,7 @@ class Model {
     std::span<const int32_t> ids;
   };
   std::vector<float> forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
-                                   attention::ThreadPool* pool = nullptr, bool all_logits = false,
+                                   bool all_logits = false,
                                    std::vector<std::vector<float>>* page_scores = nullptr) const;
 
  private:

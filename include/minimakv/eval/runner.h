@@ -59,7 +59,6 @@ struct NiahConfig {
 };
 
 std::vector<NiahRecord> run_niah(const engine::Model& model, const NiahData& data, const NiahConfig& cfg,
-                                 attention::ThreadPool* pool,
                                  const std::function<void(const NiahRecord&)>& progress = {});
 
 struct KlRecord {
@@ -74,7 +73,7 @@ struct KlRecord {
 // scored (their context is compressed in minima arms). bf16 is the reference.
 std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths,
                              int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
-                             int prefill_chunk, uint64_t seed, attention::ThreadPool* pool);
+                             int prefill_chunk, uint64_t seed);
 
 struct MemoryRecord {
   std::string arm;
