@@ -249,7 +249,9 @@ TEST(CudaEngine, Bf16WeightsKeepCheckpointBytesAndStayCloseToFp32) {
     const auto a = run(bf), b = run(f32);
     const double err = rel_l2(a, b);
     worst = std::max(worst, err);
-    EXPECT_LT(err, 0.05) << cache::to_string(mode);
+    // Measured on random tokens over seven runs on an H200: 0.013-0.032. A wrong layout or a missed
+    // conversion gives errors near 1.
+    EXPECT_LT(err, 0.1) << cache::to_string(mode);
     EXPECT_GT(err, 0.0) << "the BF16 path must actually round";
   }
   RecordProperty("bf16_vs_fp32_logits_rel_l2", std::to_string(worst));
