@@ -4,9 +4,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include <cstring>
-
 #include "bf16_gemv.h"
+#include "minimakv/codec/half.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace minimakv::backend::detail::HWY_NAMESPACE {
@@ -30,12 +29,7 @@ void GemvRows(const float* x, int in, const uint16_t* w, size_t o_begin, size_t 
     }
     for (int r = 0; r < NR; ++r) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-      for (size_t t = k; t < K; ++t) {
-        const uint32_t bits = static_cast<uint32_t>(w[o * K + t]) << 16;
-        float wf;
-        std::memcpy(&wf, &bits, sizeof wf);
-        s += wf * x[static_cast<size_t>(r) * K + t];
-      }
+      for (size_t t = k; t < K; ++t) s += codec::bf16_to_float(w[o * K + t]) * x[static_cast<size_t>(r) * K + t];
       y[static_cast<size_t>(r) * static_cast<size_t>(out) + o] = s;
     }
   }

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numbers>
 #include <stdexcept>
 
 #include "blas.h"
+#include "minimakv/codec/half.h"
 
 namespace minimakv::backend {
 
@@ -31,10 +31,7 @@ void matmul_bf16(std::span<const float> x, int n, int in, std::span<const uint16
     const size_t rows = std::min(rows_per_block, static_cast<size_t>(out) - o0);
     const uint16_t* src = w.data() + o0 * static_cast<size_t>(in);
     const size_t count = rows * static_cast<size_t>(in);
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-      std::memcpy(&block[i], &bits, sizeof bits);
-    }
+    for (size_t i = 0; i < count; ++i) block[i] = codec::bf16_to_float(src[i]);
     detail::sgemm_xwt(x.data(), n, in, block.data(), static_cast<int>(rows), y.data() + o0, out);
   }
 }

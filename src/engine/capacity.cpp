@@ -11,33 +11,38 @@
 
 namespace minimakv::engine {
 
+cache::Accounting hold_one_request(const model::ModelConfig& cfg, const GenerateOptions& opt, size_t tokens) {
+  const size_t kv = static_cast<size_t>(cfg.num_key_value_heads) * static_cast<size_t>(cfg.head_dim);
+  const size_t chunk = static_cast<size_t>(opt.prefill_chunk);
+  auto sc = store_config_for(cfg, opt.mode, opt.tokens_per_page, tokens);
+  sc.protected_layers = opt.protected_layers;
+  cache::KvStore store(sc);
+  policy::TierController ctl(opt.controller);
+  const auto seq = store.create_sequence();
+  const std::vector<cache::SeqId> seqs{seq};
+  const std::vector<float> zeros(chunk * kv, 0.0f);
+  for (size_t p = 0; p < tokens; p += chunk) {
+    const size_t m = std::min(chunk, tokens - p);
+    std::vector<int32_t> ids(m);
+    for (size_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((p + i) % static_cast<size_t>(cfg.vocab_size));
+    store.begin_append(seq, ids);
+    const std::span<const float> z(zeros.data(), m * kv);
+    for (int l = 0; l < static_cast<int>(cfg.num_hidden_layers); ++l) store.write_layer(seq, l, z, z);
+    store.commit_append(seq);
+    if (cache::retiers(opt.mode)) ctl.checkpoint(store, seqs);
+  }
+  return store.accounting();
+}
+
 std::vector<CapacityRow> measure_capacity(const model::ModelConfig& cfg, std::span<const cache::KvMode> modes,
                                           size_t request_tokens, size_t envelope_bytes, const GenerateOptions& opt) {
   validate(opt);
   if (request_tokens == 0) throw std::invalid_argument("capacity: the request length must be positive");
-  const size_t kv = static_cast<size_t>(cfg.num_key_value_heads) * static_cast<size_t>(cfg.head_dim);
-  const size_t chunk = static_cast<size_t>(opt.prefill_chunk);
   std::vector<CapacityRow> rows;
   for (const cache::KvMode mode : modes) {
-    auto sc = store_config_for(cfg, mode, opt.tokens_per_page, request_tokens);
-    sc.protected_layers = opt.protected_layers;
-    sc.prefix_caching = false;  // one request: nothing to share, nothing cached beyond it
-    cache::KvStore store(sc);
-    policy::TierController ctl(opt.controller);
-    const auto seq = store.create_sequence();
-    const std::vector<cache::SeqId> seqs{seq};
-    const std::vector<float> zeros(chunk * kv, 0.0f);
-    for (size_t p = 0; p < request_tokens; p += chunk) {
-      const size_t m = std::min(chunk, request_tokens - p);
-      std::vector<int32_t> ids(m);
-      for (size_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((p + i) % static_cast<size_t>(cfg.vocab_size));
-      store.begin_append(seq, ids);
-      const std::span<const float> z(zeros.data(), m * kv);
-      for (int l = 0; l < static_cast<int>(cfg.num_hidden_layers); ++l) store.write_layer(seq, l, z, z);
-      store.commit_append(seq);
-      if (cache::retiers(mode)) ctl.checkpoint(store, seqs);
-    }
-    const auto a = store.accounting();
+    GenerateOptions o = opt;
+    o.mode = mode;
+    const auto a = hold_one_request(cfg, o, request_tokens);
     CapacityRow r;
     r.mode = mode;
     r.request_tokens = request_tokens;
@@ -45,7 +50,8 @@ std::vector<CapacityRow> measure_capacity(const model::ModelConfig& cfg, std::sp
     r.block_table_bytes = a.block_table_bytes;
     r.request_bytes = a.block_table_bytes;
     for (size_t f = 0; f < codec::kNumPageFormats; ++f) {
-      r.request_bytes_by_format[f] = a.formats[f].used_bytes();
+      // pages the request holds; copies only the prefix cache keeps are evictable, not counted
+      r.request_bytes_by_format[f] = a.formats[f].request_pages * a.formats[f].page_bytes;
       r.request_bytes += r.request_bytes_by_format[f];
     }
     r.bytes_per_token = static_cast<double>(r.request_bytes) / static_cast<double>(request_tokens);
@@ -53,7 +59,6 @@ std::vector<CapacityRow> measure_capacity(const model::ModelConfig& cfg, std::sp
     r.tokens_held = static_cast<size_t>(std::floor(static_cast<double>(envelope_bytes) / r.bytes_per_token));
     for (size_t f = 0; f < codec::kNumPageFormats; ++f) r.pool_bytes[f] = r.max_requests * r.request_bytes_by_format[f];
     rows.push_back(r);
-    store.finish(seq);
   }
   return rows;
 }

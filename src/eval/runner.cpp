@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "minimakv/engine/capacity.h"
 #include "minimakv/policy/tier_controller.h"
 
 namespace minimakv::eval {
@@ -238,30 +239,9 @@ std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, c
 std::vector<MemoryRecord> project_memory(const engine::Model& model, const std::vector<std::string>& arms,
                                          const std::vector<size_t>& tokens, int page_size, int prefill_chunk) {
   std::vector<MemoryRecord> out;
-  const auto& c = model.config();
-  const size_t kv = static_cast<size_t>(c.num_key_value_heads) * c.head_dim;
   for (const auto& name : arms) {
     const ArmSpec arm = make_arm(name, page_size, prefill_chunk);
-    for (size_t T : tokens) {
-      auto sc = model.store_config(arm.opt.mode, page_size, T);
-      sc.protected_layers = arm.opt.protected_layers;
-      cache::KvStore store(sc);
-      policy::TierController ctl(arm.opt.controller);
-      const auto seq = store.create_sequence();
-      const std::vector<cache::SeqId> seqs{seq};
-      for (size_t p = 0; p < T; p += static_cast<size_t>(prefill_chunk)) {
-        const size_t m = std::min<size_t>(prefill_chunk, T - p);
-        std::vector<int32_t> ids(m);
-        for (size_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((p + i) % c.vocab_size);
-        const std::vector<float> zeros(m * kv, 0.0f);
-        store.begin_append(seq, ids);
-        for (int l = 0; l < static_cast<int>(c.num_hidden_layers); ++l) store.write_layer(seq, l, zeros, zeros);
-        store.commit_append(seq);
-        if (cache::retiers(arm.opt.mode)) ctl.checkpoint(store, seqs);
-      }
-      out.push_back({name, T, KvUse::from(store.accounting())});
-      store.finish(seq);
-    }
+    for (size_t T : tokens) out.push_back({name, T, KvUse::from(engine::hold_one_request(model.config(), arm.opt, T))});
   }
   return out;
 }

@@ -212,10 +212,10 @@ struct Tokenizer::Impl {
   void bpe(std::string_view piece, std::vector<int32_t>& out) const {
     const bool cacheable = piece.size() <= kCachedPieceBytes;
     std::string key;
-    if (cacheable || ignore_merges) {
-      for (unsigned char b : piece) key += alphabet().to_unicode[b];
+    if (cacheable || ignore_merges) for (unsigned char b : piece) key += alphabet().to_unicode[b];
+    if (cacheable) {
       std::lock_guard lock(cache_mu);
-      if (auto it = cache.find(key); cacheable && it != cache.end()) {
+      if (auto it = cache.find(key); it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
       }

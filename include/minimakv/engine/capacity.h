@@ -33,6 +33,10 @@ struct CapacityRow {
   bool reconciled = false;      // the store's accounting reconciled after the run
 };
 
+// The accounting of a store after one request of `tokens` tokens has run through opt's chunked prefill
+// with opt.mode's retier checkpoints (zero K/V; sizes do not depend on content), the request still live.
+cache::Accounting hold_one_request(const model::ModelConfig& cfg, const GenerateOptions& opt, size_t tokens);
+
 // One row per mode. opt supplies the page size, prefill chunk, controller and protected layers (the
 // engine's defaults when default-constructed).
 std::vector<CapacityRow> measure_capacity(const model::ModelConfig& cfg, std::span<const cache::KvMode> modes,
