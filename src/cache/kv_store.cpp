@@ -794,6 +794,11 @@ size_t KvStore::length(SeqId seq) const {
   return live_seq(seq, "length").tokens.size();
 }
 
+std::vector<int32_t> KvStore::tokens(SeqId seq) const {
+  std::lock_guard lock(mu_);
+  return live_seq(seq, "tokens").tokens;
+}
+
 std::vector<LogicalPageInfo> KvStore::block_table(SeqId seq) const {
   std::lock_guard lock(mu_);
   std::vector<LogicalPageInfo> out;
@@ -817,6 +822,11 @@ CompactLayerView KvStore::layer_view(SeqId seq, int layer) const {
 std::array<uint32_t, kNumRefKinds> KvStore::refs(PageEntry e) const {
   std::lock_guard lock(mu_);
   return pool(e.format).meta(e.id).refs;
+}
+
+size_t KvStore::available_pages(PageFormat f) const {
+  std::lock_guard lock(mu_);
+  return pool(f).free_pages() + freeable_by_eviction(f);
 }
 
 Accounting KvStore::accounting() const {

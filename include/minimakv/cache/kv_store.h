@@ -251,10 +251,14 @@ class KvStore {
   bool is_live(SeqId seq) const;
   std::vector<SeqId> live_sequences() const;
   size_t length(SeqId seq) const;
+  std::vector<int32_t> tokens(SeqId seq) const;  // the token ids the sequence holds, in order
   std::vector<LogicalPageInfo> block_table(SeqId seq) const;
   CompactLayerView layer_view(SeqId seq, int layer) const;
   std::array<uint32_t, kNumRefKinds> refs(PageEntry e) const;
   Accounting accounting() const;
+  // Layer-pages of format f an allocation could get now: free ones plus those evicting prefix-cache
+  // variants no sequence holds would free (O(cached variants)).
+  size_t available_pages(PageFormat f) const;
   void check_invariants() const;  // throws std::logic_error naming the violated invariant
   uint64_t operations() const { return ops_; }
 

@@ -17,6 +17,7 @@
 #include "minimakv/attention/thread_pool.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/cache/kv_store.h"
+#include "minimakv/engine/network.h"
 #include "minimakv/model/config.h"
 #include "minimakv/model/tokenizer.h"
 
@@ -53,18 +54,20 @@ struct MemoryReport {
 cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode mode, int tokens_per_page,
                                     size_t max_tokens);
 
-class Model {
+class Model final : public Network {
  public:
   static std::unique_ptr<Model> load(const std::string& dir, backend::Device device = backend::Device::kCpu,
                                      const LoadOptions& options = {});
   MemoryReport memory() const;
-  const model::ModelConfig& config() const { return cfg_; }
+  const model::ModelConfig& config() const override { return cfg_; }
   const model::Tokenizer& tokenizer() const { return *tok_; }
   backend::Backend& backend() const { return *backend_; }
   // A store configuration with this model's geometry.
   cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const;
   // A store whose pages live where this model's backend reads them (host pools or device memory).
-  std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) const { return backend_->make_store(cfg); }
+  std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) const override {
+    return backend_->make_store(cfg);
+  }
 
   // Appends `ids` to `seq` and returns the logits of the last of them (vocab_size floats), or of every
   // one when all_logits ([n][vocab]). With page_scores, also returns one attention score per logical
@@ -78,13 +81,9 @@ class Model {
   // run per sequence at its own positions. Capacity for every chunk is checked before the store
   // changes. Returns the logits of each chunk's last token ([chunks][vocab]), or of every token when
   // all_logits ([total tokens][vocab], chunks in order).
-  struct SeqChunk {
-    cache::SeqId seq;
-    std::span<const int32_t> ids;
-  };
   std::vector<float> forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
                                    bool all_logits = false,
-                                   std::vector<std::vector<float>>* page_scores = nullptr) const;
+                                   std::vector<std::vector<float>>* page_scores = nullptr) const override;
 
  private:
   struct Layer {

@@ -1,0 +1,150 @@
+#include "minimakv/engine/kv_budget.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "minimakv/codec/page_layout.h"
+
+namespace minimakv::engine {
+
+namespace {
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+constexpr size_t idx(codec::PageFormat f) { return static_cast<size_t>(f); }
+}  // namespace
+
+KvBudget::KvBudget(const model::ModelConfig& cfg, const KvOptions& kv) : cfg_(cfg), kv_(kv) {
+  validate(kv);
+  layers_ = static_cast<size_t>(cfg.num_hidden_layers);
+  page_ = static_cast<size_t>(kv.tokens_per_page);
+  std::set<int> prot;
+  for (int l : kv.protected_layers) {
+    if (l < 0 || static_cast<size_t>(l) >= layers_)
+      throw std::invalid_argument("protected layer " + std::to_string(l) + " out of range");
+    prot.insert(l);
+  }
+  protected_ = cache::retiers(kv.mode) ? prot.size() : 0;
+  const codec::PageGeometry geo{kv.tokens_per_page, static_cast<int>(cfg.num_key_value_heads),
+                                static_cast<int>(cfg.head_dim)};
+  for (int f = 0; f < codec::kNumPageFormats; ++f)
+    page_bytes_[static_cast<size_t>(f)] = codec::PageLayout(static_cast<codec::PageFormat>(f), geo).bytes();
+}
+
+PageCounts KvBudget::settled(size_t tokens) const {
+  PageCounts c{};
+  const size_t n = ceil_div(tokens, page_);
+  if (!cache::retiers(kv_.mode)) {
+    c[idx(kv_.mode == cache::KvMode::kBf16 ? codec::PageFormat::kBf16 : codec::PageFormat::kFp8)] = n * layers_;
+    return c;
+  }
+  const auto& ctl = kv_.controller;
+  const size_t keep =
+      std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + (ctl.scoring ? ctl.anchor_budget : 0));
+  c[idx(codec::PageFormat::kFp8)] = keep * (layers_ - protected_) + n * protected_;
+  c[idx(codec::PageFormat::kTq3)] = (n - keep) * (layers_ - protected_);
+  return c;
+}
+
+PageCounts KvBudget::peak(size_t tokens) const {
+  if (!cache::retiers(kv_.mode)) return settled(tokens);
+  PageCounts c{};
+  const size_t n = ceil_div(tokens, page_);
+  const auto& ctl = kv_.controller;
+  const size_t between = static_cast<size_t>(std::max(kv_.prefill_chunk, kv_.checkpoint_interval));
+  // checkpoint_interval 0: no checkpoint while decoding, so every decoded page stays FP8
+  const size_t keep = kv_.checkpoint_interval == 0
+                          ? n
+                          : std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + ctl.anchor_budget +
+                                                    ceil_div(between, page_) + 1);
+  c[idx(codec::PageFormat::kFp8)] = keep * (layers_ - protected_) + n * protected_;
+  c[idx(codec::PageFormat::kTq3)] = (n > 0 ? n - 1 : 0) * (layers_ - protected_);
+  return c;
+}
+
+size_t KvBudget::step_headroom(size_t step_tokens) const {
+  if (!cache::retiers(kv_.mode)) return 0;
+  return (ceil_div(step_tokens, page_) + 1) * (layers_ - protected_);
+}
+
+size_t KvBudget::bytes(const PageCounts& c) const {
+  size_t b = 0;
+  for (size_t f = 0; f < c.size(); ++f) b += c[f] * page_bytes_[f];
+  return b;
+}
+
+cache::StoreConfig KvBudget::base() const {
+  cache::StoreConfig s;
+  s.layers = static_cast<int>(layers_);
+  s.kv_heads = static_cast<int>(cfg_.num_key_value_heads);
+  s.head_dim = static_cast<int>(cfg_.head_dim);
+  s.tokens_per_page = kv_.tokens_per_page;
+  s.mode = kv_.mode;
+  s.protected_layers = kv_.protected_layers;
+  return s;
+}
+
+cache::StoreConfig KvBudget::pools_for_requests(std::span<const size_t> tokens) const {
+  cache::StoreConfig s = base();
+  for (const size_t t : tokens) {
+    const PageCounts p = peak(t);
+    s.bf16_pages += p[idx(codec::PageFormat::kBf16)] ? p[idx(codec::PageFormat::kBf16)] + layers_ : 0;
+    s.fp8_pages += p[idx(codec::PageFormat::kFp8)] ? p[idx(codec::PageFormat::kFp8)] + layers_ : 0;
+    s.tq3_pages += p[idx(codec::PageFormat::kTq3)];
+  }
+  return s;
+}
+
+cache::StoreConfig KvBudget::pools_for_memory(size_t envelope, size_t reference_tokens, size_t step_tokens) const {
+  cache::StoreConfig s = base();
+  if (reference_tokens == 0) throw std::invalid_argument("kv memory: the reference request length must be positive");
+  const PageCounts one = peak(reference_tokens);
+  auto too_small = [&] {
+    throw std::invalid_argument("kv memory: " + std::to_string(envelope) + " bytes cannot hold one request of " +
+                                std::to_string(reference_tokens) + " tokens (" + describe(one) + ")");
+  };
+  if (!cache::retiers(kv_.mode)) {
+    const auto f = kv_.mode == cache::KvMode::kBf16 ? codec::PageFormat::kBf16 : codec::PageFormat::kFp8;
+    const size_t pages = envelope / page_bytes(f);
+    if (pages < one[idx(f)]) too_small();
+    (f == codec::PageFormat::kBf16 ? s.bf16_pages : s.fp8_pages) = pages;
+    return s;
+  }
+  const size_t b8 = page_bytes(codec::PageFormat::kFp8), b3 = page_bytes(codec::PageFormat::kTq3);
+  const size_t head = step_headroom(step_tokens);
+  if (envelope < head * b8) too_small();
+  PageCounts req = settled(reference_tokens);
+  // decode drift: the tokens written between two checkpoints stay FP8 until the next one
+  const size_t drift =
+      std::min(req[idx(codec::PageFormat::kTq3)] / std::max<size_t>(1, layers_ - protected_),
+               ceil_div(static_cast<size_t>(kv_.checkpoint_interval), page_)) *
+      (layers_ - protected_);
+  req[idx(codec::PageFormat::kFp8)] += drift;
+  req[idx(codec::PageFormat::kTq3)] -= drift;
+  const double f8 = static_cast<double>(req[idx(codec::PageFormat::kFp8)] * b8);
+  const double t3 = static_cast<double>(req[idx(codec::PageFormat::kTq3)] * b3);
+  const double rest = static_cast<double>(envelope - head * b8);
+  const size_t need8 = one[idx(codec::PageFormat::kFp8)], need3 = one[idx(codec::PageFormat::kTq3)];
+  s.fp8_pages = std::max(need8, head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + t3)) / b8);
+  if (s.fp8_pages * b8 > envelope) too_small();
+  s.tq3_pages = (envelope - s.fp8_pages * b8) / b3;
+  if (s.tq3_pages < need3 && need3 * b3 <= envelope) {  // short requests settle all-FP8; still hold one's peak
+    s.tq3_pages = need3;
+    s.fp8_pages = (envelope - need3 * b3) / b8;
+  }
+  if (s.fp8_pages < one[idx(codec::PageFormat::kFp8)] || s.tq3_pages < one[idx(codec::PageFormat::kTq3)]) too_small();
+  return s;
+}
+
+std::string KvBudget::describe(const PageCounts& c) const {
+  std::string out;
+  for (int f = 0; f < codec::kNumPageFormats; ++f) {
+    const size_t n = c[static_cast<size_t>(f)];
+    if (!n) continue;
+    if (!out.empty()) out += ", ";
+    out += std::string(codec::to_string(static_cast<codec::PageFormat>(f))) + " " + std::to_string(n) +
+           " layer-pages (" + std::to_string(n * page_bytes_[static_cast<size_t>(f)]) + " bytes)";
+  }
+  return out.empty() ? "no pages" : out;
+}
+
+}  // namespace minimakv::engine

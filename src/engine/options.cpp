@@ -1,0 +1,67 @@
+#include "minimakv/engine/options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "minimakv/backend/cpu_ops.h"
+
+namespace minimakv::engine {
+
+namespace {
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("generate: " + what); }
+}  // namespace
+
+void validate(const KvOptions& opt) {
+  if (opt.tokens_per_page < 1) bad("tokens_per_page must be positive, got " + std::to_string(opt.tokens_per_page));
+  if (opt.prefill_chunk < 1) bad("prefill_chunk must be positive, got " + std::to_string(opt.prefill_chunk));
+  if (opt.checkpoint_interval < 0)
+    bad("checkpoint_interval must be non-negative, got " + std::to_string(opt.checkpoint_interval));
+  const float beta = opt.controller.ewma_beta, floor = opt.controller.min_anchor_score;
+  if (!std::isfinite(beta) || beta < 0.0f || beta >= 1.0f) bad("ewma_beta must be in [0, 1), got " + std::to_string(beta));
+  if (!std::isfinite(floor)) bad("min_anchor_score must be finite");
+  for (int l : opt.protected_layers)
+    if (l < 0) bad("protected layer " + std::to_string(l) + " is negative");
+}
+
+void validate(const SamplingParams& opt) {
+  if (!std::isfinite(opt.temperature) || opt.temperature < 0.0f || opt.temperature > 100.0f)
+    bad("temperature must be a finite number in [0, 100], got " + std::to_string(opt.temperature));
+  if (!std::isfinite(opt.top_p) || opt.top_p <= 0.0f || opt.top_p > 1.0f)
+    bad("top_p must be a finite number in (0, 1], got " + std::to_string(opt.top_p));
+  if (opt.max_new_tokens < 0) bad("max_new_tokens must be non-negative, got " + std::to_string(opt.max_new_tokens));
+}
+
+int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state) {
+  if (temperature <= 0.0f) return backend::argmax(logits);
+  const float m = *std::max_element(logits.begin(), logits.end());
+  std::vector<std::pair<float, int32_t>> p(logits.size());
+  double z = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    p[i] = {std::exp((logits[i] - m) / temperature), static_cast<int32_t>(i)};
+    z += p[i].first;
+  }
+  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  size_t keep = 0;
+  double mass = 0.0;
+  while (keep < p.size() && (keep == 0 || mass < top_p * z)) mass += p[keep++].first;
+  // SplitMix64 draw in [0, mass)
+  rng_state += 0x9e3779b97f4a7c15ull;
+  uint64_t x = rng_state;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  const double u = static_cast<double>(x >> 11) * 0x1.0p-53 * mass;
+  double acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i].first;
+    if (u < acc) return p[i].second;
+  }
+  return p[keep - 1].second;
+}
+
+}  // namespace minimakv::engine
