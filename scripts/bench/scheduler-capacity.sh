@@ -12,7 +12,7 @@ BIN=$BUILD/apps/minimakv/minimakv
 OUT=${1:-/tmp/scheduler-capacity}
 PARTS=${PARTS:-small big overhead}
 mkdir -p "$OUT"
-[[ -f "$BUILD/runtime-libs/libhwy.so.1" ]] && export LD_LIBRARY_PATH="$BUILD/runtime-libs:${LD_LIBRARY_PATH:-}"
+source scripts/gpu-env.sh
 run() {  # name, trace, extra args...
   local name=$1 trace=$2; shift 2
   echo "== $name" >&2
