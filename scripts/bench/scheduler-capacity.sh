@@ -19,13 +19,13 @@ run() {  # name, trace, extra args...
   "$BIN" replay --trace "$trace" --device cuda --json "$@" > "$OUT/$name.json" || echo "replay $name exited $?" >&2
 }
 if [[ " $PARTS " == *" small "* ]]; then
-  "$BIN" make-trace --requests 24 --rate 0 --prompt-tokens 16368 --output-tokens 16 --seed 1 --out "$OUT/t16k.jsonl"
+  "$BIN" make-trace --requests 24 --rate 0 --prompt-tokens 16128 --output-tokens 256 --seed 1 --out "$OUT/t16k.jsonl"
   for kv in bf16 fp8 minima; do
     run "small-$kv" "$OUT/t16k.jsonl" --kv $kv --kv-memory 512MiB --max-running 64
   done
 fi
 if [[ " $PARTS " == *" big "* ]]; then
-  "$BIN" make-trace --requests 20 --rate 0 --prompt-tokens 16368 --output-tokens 16 --seed 2 --out "$OUT/t16k-big.jsonl"
+  "$BIN" make-trace --requests 20 --rate 0 --prompt-tokens 16128 --output-tokens 256 --seed 2 --out "$OUT/t16k-big.jsonl"
   for kv in bf16 minima; do
     run "big-$kv" "$OUT/t16k-big.jsonl" --model bench/configs/qwen3-8b --dummy-weights --kv $kv --kv-memory 8GiB \
       --max-running 64

@@ -248,18 +248,25 @@ int32_t KvStore::bind_variant(uint64_t hash, Tier kind, const std::vector<PageEn
 }
 
 size_t KvStore::freeable_by_eviction(PageFormat f, const std::unordered_set<int32_t>* keep) const {
-  // Pages of format f whose only references are cache references of variants no sequence holds.
-  std::unordered_map<PageId, uint32_t> unheld_refs;
+  // Pages of format f whose only references are cache references of variants no sequence holds. Most
+  // such pages belong to one variant (cache count 1) and are counted without a lookup; the few shared
+  // by several variants (a protected layer's page in a hash's FP8 and Stale copies) are tallied.
+  size_t n = 0;
+  std::unordered_map<PageId, uint32_t> shared;
   for (int32_t v = lru_head_; v >= 0; v = variants_[v].next) {
     if (keep && keep->contains(v)) continue;
-    for (const PageEntry& e : variants_[v].row)
-      if (e.format == f) ++unheld_refs[e.id];
+    for (const PageEntry& e : variants_[v].row) {
+      if (e.format != f) continue;
+      const auto& m = pool(f).meta(e.id);
+      if (m.refs[0] || m.refs[2] || m.refs[3]) continue;
+      if (m.refs[1] == 1)
+        ++n;
+      else
+        ++shared[e.id];
+    }
   }
-  size_t n = 0;
-  for (const auto& [id, cnt] : unheld_refs) {
-    const auto& m = pool(f).meta(id);
-    if (m.refs[0] == 0 && m.refs[2] == 0 && m.refs[3] == 0 && m.refs[1] == cnt) ++n;
-  }
+  for (const auto& [id, cnt] : shared)
+    if (pool(f).meta(id).refs[1] == cnt) ++n;
   return n;
 }
 
