@@ -87,7 +87,21 @@ std::vector<std::vector<int32_t>> prompts_of(const std::vector<TraceEntry>& trac
 int run_replay(ReplayOptions o) {
   o.kv_opt.mode = cache::parse_kv_mode(o.kv);
   const auto admission = engine::parse_admission(o.admission);
-  const size_t envelope = engine::parse_bytes(o.kv_memory);
+  // "90%": that share of the device memory free once the weights are loaded; else a byte count
+  const bool share = !o.kv_memory.empty() && o.kv_memory.back() == '%';
+  double percent = 0;
+  if (share) {
+    try {
+      size_t used = 0;
+      percent = std::stod(o.kv_memory.substr(0, o.kv_memory.size() - 1), &used);
+      if (used + 1 != o.kv_memory.size()) percent = -1;
+    } catch (const std::exception&) {
+      percent = -1;
+    }
+    if (!(percent > 0 && percent <= 100))
+      throw std::invalid_argument("replay: --kv-memory " + o.kv_memory + " must be a share in (0%, 100%] or a byte count");
+  }
+  size_t envelope = share ? 0 : engine::parse_bytes(o.kv_memory);
   engine::validate(o.kv_opt);
   const auto trace = read_trace(o.trace);
   engine::LoadOptions load;
@@ -97,6 +111,11 @@ int run_replay(ReplayOptions o) {
   load.dummy_seed = o.dummy_seed;
   load.fallback_tokenizer = o.fallback_tokenizer;
   const auto model = engine::Model::load(o.model, backend::parse_device(o.device), load);
+  if (share) {
+    const auto mem = model->memory().device;
+    if (!mem) throw std::invalid_argument("replay: --kv-memory as a share of free memory needs --device cuda");
+    envelope = static_cast<size_t>(static_cast<double>(mem->free) * percent / 100.0);
+  }
   const auto prompts = prompts_of(trace, model->tokenizer(), o.data);
   size_t longest = 0;
   for (size_t i = 0; i < trace.size(); ++i)
@@ -287,7 +306,9 @@ const Registration kReplay(
        sub.add_option("--weights", o->weights, "auto, bf16 or fp32")->check(CLI::IsMember({"auto", "bf16", "fp32"}));
        sub.add_flag("--dummy-weights", o->dummy_weights, "random weights from --model's config.json alone");
        sub.add_option("--dummy-seed", o->dummy_seed, "seed of the dummy weights");
-       sub.add_option("--kv-memory", o->kv_memory, "KV memory envelope: bytes or with a unit (256MiB, 40GiB)");
+       sub.add_option("--kv-memory", o->kv_memory,
+                      "KV memory envelope: bytes, with a unit (256MiB, 40GiB), or a share of the GPU memory free "
+                      "after loading (90%)");
        sub.add_option("--reference-tokens", o->reference_tokens,
                       "request length the minima pools are split for (default: the trace's longest)")
            ->check(CLI::Range(size_t{0}, size_t{1} << 24));

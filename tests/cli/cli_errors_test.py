@@ -44,6 +44,12 @@ def main():
             f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200_000)))
         empty = os.path.join(tmp, "empty.txt")
         open(empty, "w").close()
+        trace = os.path.join(tmp, "trace.jsonl")
+        with open(trace, "w") as f:
+            f.write('{"arrival": 0, "prompt": "hi", "output_tokens": 2}\n')
+        bad_trace = os.path.join(tmp, "bad-trace.jsonl")
+        with open(bad_trace, "w") as f:
+            f.write('{"arrival": 0, "prompt": "hi", "output_tokens": 2}\n{"arrival": 1, "output_tokens": 2}\n')
         bad_model = os.path.join(tmp, "bad-model")
         os.makedirs(bad_model)
         for f in os.listdir(MODEL):
@@ -70,6 +76,12 @@ def main():
             (["generate", "--prompt", "hi", "--protected-layers", "999"], "protected layer 999"),
             (["eval", "--lengths", "0", "--dry-run"], "--lengths"),
             (["generate", "--prompt", ""], "--prompt is empty"),
+            (["replay", "--trace", trace, "--kv-memory", "150%"], "--kv-memory 150%"),
+            (["replay", "--trace", trace, "--kv-memory", "50%"], "needs --device cuda"),
+            (["replay", "--trace", trace, "--kv-memory", "1KiB"], "cannot hold one request"),
+            (["replay", "--trace", bad_trace], "bad-trace.jsonl:2: give exactly one of 'prompt' and 'prompt_tokens'"),
+            (["replay", "--trace", empty], "holds no request"),
+            (["make-trace", "--prompt-tokens", "500", "100"], "bad prompt length range"),
             (["generate"], "exactly one of --prompt and --prompt-file"),
             (["generate", "--prompt", "hi", "--prompt-file", empty], "exactly one of --prompt and --prompt-file"),
             (["generate", "--prompt-file", empty], "is empty"),
