@@ -49,7 +49,9 @@ std::vector<GenerateResult> generate_batch(const Network& model, std::span<const
 
 // Requests that share one KV store, so a later prompt reuses the cached full pages of an earlier one
 // (prefix caching). The last prompt token is always recomputed, since its logits start decoding. A hit
-// installs the FP8 copy of a page when the cache still holds it, else its Stale (TQ3) copy.
+// installs the FP8 copy of a page when the cache still holds it, else its Stale (TQ3) copy; in minima
+// mode the admission checkpoint then demotes installed pages outside the window and anchors. Requests
+// run one at a time; a prompt plus its new tokens must fit capacity_tokens (else invalid_argument).
 class Session {
  public:
   Session(const Network& model, GenerateOptions opt, size_t capacity_tokens);
