@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "default_paths.h"
+#include "load_options.h"
 
 namespace minimakv::app {
 
@@ -142,12 +143,7 @@ int run_generate(GenerateCmdOptions opt) {
   if (opt.batch < 1) throw std::invalid_argument("generate: --batch must be at least 1");
   if (opt.prompt_logits && !opt.json) throw std::invalid_argument("generate: --prompt-logits needs --json");
   engine::validate(opt.gen);
-  engine::LoadOptions load;
-  using W = engine::LoadOptions::Weights;
-  load.weights = opt.weights == "bf16" ? W::kBf16 : opt.weights == "fp32" ? W::kFp32 : W::kAuto;
-  load.dummy = opt.dummy_weights;
-  load.dummy_seed = opt.dummy_seed;
-  load.fallback_tokenizer = opt.fallback_tokenizer;
+  const auto load = load_options(opt.weights, opt.dummy_weights, opt.dummy_seed, opt.fallback_tokenizer);
   const auto model = engine::Model::load(opt.model, backend::parse_device(opt.device), load);
   if (!opt.json) print_memory(*model, nullptr);
   const auto context = static_cast<size_t>(model->config().max_position_embeddings);

@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "default_paths.h"
+#include "load_options.h"
 #include "minimakv/engine/capacity.h"
 #include "minimakv/engine/model.h"
 #include "minimakv/engine/scheduler.h"
@@ -104,12 +105,7 @@ int run_replay(ReplayOptions o) {
   size_t envelope = share ? 0 : engine::parse_bytes(o.kv_memory);
   engine::validate(o.kv_opt);
   const auto trace = read_trace(o.trace);
-  engine::LoadOptions load;
-  using W = engine::LoadOptions::Weights;
-  load.weights = o.weights == "bf16" ? W::kBf16 : o.weights == "fp32" ? W::kFp32 : W::kAuto;
-  load.dummy = o.dummy_weights;
-  load.dummy_seed = o.dummy_seed;
-  load.fallback_tokenizer = o.fallback_tokenizer;
+  const auto load = load_options(o.weights, o.dummy_weights, o.dummy_seed, o.fallback_tokenizer);
   const auto model = engine::Model::load(o.model, backend::parse_device(o.device), load);
   if (share) {
     const auto mem = model->memory().device;
