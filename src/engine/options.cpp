@@ -11,7 +11,9 @@
 namespace minimakv::engine {
 
 namespace {
-[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("generate: " + what); }
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument("generate: " + what);
+}
 }  // namespace
 
 void validate(const KvOptions& opt) {
@@ -20,7 +22,8 @@ void validate(const KvOptions& opt) {
   if (opt.checkpoint_interval < 0)
     bad("checkpoint_interval must be non-negative, got " + std::to_string(opt.checkpoint_interval));
   const float beta = opt.controller.ewma_beta, floor = opt.controller.min_anchor_score;
-  if (!std::isfinite(beta) || beta < 0.0f || beta >= 1.0f) bad("ewma_beta must be in [0, 1), got " + std::to_string(beta));
+  if (!std::isfinite(beta) || beta < 0.0f || beta >= 1.0f)
+    bad("ewma_beta must be in [0, 1), got " + std::to_string(beta));
   if (!std::isfinite(floor)) bad("min_anchor_score must be finite");
   for (int l : opt.protected_layers)
     if (l < 0) bad("protected layer " + std::to_string(l) + " is negative");
@@ -32,9 +35,14 @@ void validate(const SamplingParams& opt) {
   if (!std::isfinite(opt.top_p) || opt.top_p <= 0.0f || opt.top_p > 1.0f)
     bad("top_p must be a finite number in (0, 1], got " + std::to_string(opt.top_p));
   if (opt.max_new_tokens < 0) bad("max_new_tokens must be non-negative, got " + std::to_string(opt.max_new_tokens));
+  if (opt.top_k < 0) bad("top_k must be non-negative (0: off), got " + std::to_string(opt.top_k));
+  for (const float p : {opt.presence_penalty, opt.frequency_penalty})
+    if (!std::isfinite(p) || p < -2.0f || p > 2.0f)
+      bad("presence and frequency penalties must be finite numbers in [-2, 2]");
+  if (opt.logprobs < -1 || opt.logprobs > 20) bad("logprobs must be in [0, 20], got " + std::to_string(opt.logprobs));
 }
 
-int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state) {
+int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state, int top_k) {
   if (temperature <= 0.0f) return backend::argmax(logits);
   const float m = *std::max_element(logits.begin(), logits.end());
   std::vector<std::pair<float, int32_t>> p(logits.size());
@@ -46,6 +54,11 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
   std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
+  if (top_k > 0 && static_cast<size_t>(top_k) < p.size()) {  // the nucleus is taken among the top k
+    p.resize(static_cast<size_t>(top_k));
+    z = 0.0;
+    for (const auto& x : p) z += x.first;
+  }
   size_t keep = 0;
   double mass = 0.0;
   while (keep < p.size() && (keep == 0 || mass < top_p * z)) mass += p[keep++].first;
@@ -62,6 +75,41 @@ int32_t sample_token(std::span<const float> logits, float temperature, float top
     if (u < acc) return p[i].second;
   }
   return p[keep - 1].second;
+}
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> generated, float presence, float frequency) {
+  if (presence == 0.0f && frequency == 0.0f) return;
+  std::vector<int32_t> ids(generated.begin(), generated.end());
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ids[i]) ++j;
+    const auto t = static_cast<size_t>(ids[i]);
+    if (t < logits.size()) logits[t] -= presence + frequency * static_cast<float>(j - i);
+    i = j;
+  }
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double z = 0.0;
+  for (float x : logits) z += std::exp(static_cast<double>(x - m));
+  const double lse = static_cast<double>(m) + std::log(z);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - lse);
+  if (top_n > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const auto n = std::min(idx.size(), static_cast<size_t>(top_n));
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(), [&](int32_t a, int32_t b) {
+      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+      return la > lb || (la == lb && a < b);
+    });
+    for (size_t i = 0; i < n; ++i)
+      out.top.emplace_back(idx[i], static_cast<float>(static_cast<double>(logits[static_cast<size_t>(idx[i])]) - lse));
+  }
+  return out;
 }
 
 }  // namespace minimakv::engine

@@ -227,7 +227,7 @@ void Scheduler::finish(Live& r, FinishReason why, std::string error) {
   if (owned->req.sink) owned->req.sink({id, -1, &owned->sum});
 }
 
-void Scheduler::emit(Live& r, int32_t token) {
+void Scheduler::emit(Live& r, int32_t token, const TokenLogprobs* lp) {
   r.tokens.push_back(token);
   r.sum.tokens.push_back(token);
   const auto now = Clock::now();
@@ -237,7 +237,7 @@ void Scheduler::emit(Live& r, int32_t token) {
     std::lock_guard lock(inbox_mu_);
     ++counters_.generated_tokens;
   }
-  if (r.req.sink) r.req.sink({r.id, token, nullptr});
+  if (r.req.sink) r.req.sink({r.id, token, nullptr, lp});
 }
 
 // The request's logits after its whole history: the next token, or the end.
@@ -252,14 +252,26 @@ void Scheduler::sample(Live& r, std::span<const float> logits, StepStats& st) {
     finish(r, FinishReason::kLength);
     return;
   }
-  const int32_t t = sample_token(logits, sp.temperature, sp.top_p, r.rng);
+  int32_t t;
+  if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
+    std::vector<float> adjusted(logits.begin(), logits.end());
+    apply_penalties(adjusted, r.sum.tokens, sp.presence_penalty, sp.frequency_penalty);
+    t = sample_token(adjusted, sp.temperature, sp.top_p, r.rng, sp.top_k);
+  } else {
+    t = sample_token(logits, sp.temperature, sp.top_p, r.rng, sp.top_k);
+  }
   const auto& stops = sp.stop_ids.empty() ? eos_ : sp.stop_ids;
   if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
     ++st.finished;
     finish(r, FinishReason::kStop);
     return;
   }
-  emit(r, t);
+  if (sp.logprobs >= 0) {
+    const TokenLogprobs lp = token_logprobs(logits, t, sp.logprobs);
+    emit(r, t, &lp);
+  } else {
+    emit(r, t, nullptr);
+  }
   if (r.sum.tokens.size() >= static_cast<size_t>(sp.max_new_tokens)) {
     ++st.finished;
     finish(r, FinishReason::kLength);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "minimakv/cache/types.h"
@@ -20,8 +21,8 @@ namespace minimakv::engine {
 struct KvOptions {
   cache::KvMode mode = cache::KvMode::kMinima;
   int tokens_per_page = 64;
-  int prefill_chunk = 512;          // most prompt tokens of one request in one forward pass
-  int checkpoint_interval = 64;     // decode tokens between retier checkpoints (0: none while decoding)
+  int prefill_chunk = 512;       // most prompt tokens of one request in one forward pass
+  int checkpoint_interval = 64;  // decode tokens between retier checkpoints (0: none while decoding)
   policy::ControllerConfig controller{};
   std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
 };
@@ -32,15 +33,35 @@ struct SamplingParams {
   std::vector<int32_t> stop_ids;  // empty: the model's eos ids
   float temperature = 0.0f;       // 0: greedy
   float top_p = 1.0f;             // nucleus sampling over the smallest set with this much probability
-  uint64_t seed = 0;              // sampling is reproducible for a given seed
+  int top_k = 0;                  // > 0: only the k most likely tokens (then top_p among them)
+  // OpenAI's penalties, on the logits before temperature: each token already generated loses
+  // presence_penalty once and frequency_penalty per occurrence. In [-2, 2].
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int logprobs = -1;                // >= 0: report each token's log-probability and this many alternatives
+  uint64_t seed = 0;                // sampling is reproducible for a given seed
   bool keep_prompt_logits = false;  // keep the logits the first token is drawn from
+};
+
+// A sampled token's log-probability under the model (log-softmax of the raw logits, before
+// penalties and temperature, as vLLM reports by default) and the most likely alternatives.
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
 };
 
 void validate(const KvOptions& opt);
 void validate(const SamplingParams& opt);
 
 // Picks the next token: argmax when temperature <= 0, else a seeded draw from the temperature-scaled
-// softmax restricted to the top-p nucleus. rng_state advances by one draw per sampled token.
-int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state);
+// softmax restricted to the top_k most likely tokens (top_k <= 0: all) and then to the top-p nucleus
+// of those. rng_state advances by one draw per sampled token.
+int32_t sample_token(std::span<const float> logits, float temperature, float top_p, uint64_t& rng_state, int top_k = 0);
+
+// OpenAI's presence and frequency penalties over the tokens generated so far (counts[id]).
+void apply_penalties(std::span<float> logits, std::span<const int32_t> generated, float presence, float frequency);
+
+// log-softmax of the logits at `token`, and the top_n most likely tokens with theirs.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
 }  // namespace minimakv::engine

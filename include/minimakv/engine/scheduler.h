@@ -74,6 +74,7 @@ struct RequestOutput {
   RequestId id = 0;
   int32_t token = -1;
   const RequestSummary* summary = nullptr;  // valid during the call only
+  const TokenLogprobs* logprobs = nullptr;  // with SamplingParams::logprobs >= 0; valid during the call only
 };
 
 struct Request {
@@ -138,7 +139,7 @@ class Scheduler {
   void admit(Live& r);
   void preempt(Live& r);
   void finish(Live& r, FinishReason why, std::string error = {});
-  void emit(Live& r, int32_t token);
+  void emit(Live& r, int32_t token, const TokenLogprobs* lp);
   void sample(Live& r, std::span<const float> logits, StepStats& st);
   void release_pages(Live& r);
   Live* newest_running();
