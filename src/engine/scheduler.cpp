@@ -178,6 +178,7 @@ void Scheduler::admit(Live& r) {
   --counters_.waiting;
   ++counters_.running;
   counters_.peak_running = std::max(counters_.peak_running, counters_.running);
+  counters_.prefix_query_tokens += r.tokens.size() - 1;
   counters_.prefix_hit_tokens += covered;
 }
 

@@ -159,6 +159,7 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left id, right id) -> (rank, merged id)
   std::array<int32_t, 256> byte_id{};                // id of each byte's one-character token, -1 if none
   std::vector<std::pair<std::string, int32_t>> added;  // longest first
+  std::vector<int32_t> special;                        // added tokens marked special, sorted
   std::unique_ptr<Regex> split_re;                 // Split pre-tokenizer
   std::unique_ptr<Regex> bytelevel_re;             // ByteLevel(use_regex = true)
   bool add_prefix_space = false;
@@ -325,9 +326,11 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& name)
       if (id < 0) fail(name, "added token '" + content + "' has a negative id");
       if (content.empty()) fail(name, "added token " + std::to_string(id) + " is empty");
       impl->added.emplace_back(content, id);
+      if (a.value("special", false)) impl->special.push_back(id);
       impl->max_token_bytes = std::max(impl->max_token_bytes, content.size());
       max_id = std::max(max_id, static_cast<size_t>(id));
     }
+    std::sort(impl->special.begin(), impl->special.end());
     std::sort(impl->added.begin(), impl->added.end(),
               [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
     impl->id_to_token.resize(max_id + 1);
@@ -428,6 +431,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     }
   }
   return bytes;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return std::binary_search(impl_->special.begin(), impl_->special.end(), id);
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {

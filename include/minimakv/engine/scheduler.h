@@ -105,7 +105,8 @@ struct StepStats {
 struct SchedulerCounters {
   size_t waiting = 0, running = 0, peak_running = 0;
   size_t finished = 0, aborted = 0, failed = 0, preemptions = 0, steps = 0;
-  size_t prompt_tokens = 0, generated_tokens = 0, prefix_hit_tokens = 0;
+  size_t prompt_tokens = 0, generated_tokens = 0;
+  size_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // tokens looked up / found at admissions
 };
 
 class Scheduler {

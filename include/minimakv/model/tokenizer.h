@@ -39,6 +39,7 @@ class Tokenizer {
   size_t max_token_bytes() const;  // bytes of the longest token, added tokens included
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(std::string_view token) const;
+  bool is_special(int32_t id) const;  // an added token marked "special" (skipped by skip_special_tokens)
   size_t vocab_size() const;
 
  private:
