@@ -36,32 +36,8 @@ struct Error : std::runtime_error {
 class Value;
 using List = std::vector<Value>;
 
-// Insertion-ordered mapping. Keys are Values (strings nearly always); string keys are also indexed.
-class Dict {
- public:
-  const Value* find(const Value& key) const;
-  const Value* find(std::string_view key) const;
-  const Value* find(const std::string& key) const { return find(std::string_view(key)); }
-  const Value* find(const char* key) const { return find(std::string_view(key)); }
-  void set(Value key, Value v);      // replaces an existing key in place
-  void set_at(size_t pos, Value v);  // the value of the pos-th key
-  size_t size() const { return items_.size(); }
-  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
-
- private:
-  std::vector<std::pair<Value, Value>> items_;
-  std::unordered_map<std::string, size_t> index_;  // string keys
-};
-
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-  // The keyword `name`, or the positional at `pos`, or nullptr.
-  const Value* get(size_t pos, std::string_view name) const;
-  // TypeError when more positionals than `max_positional` or a keyword outside `names` was given.
-  void check(std::string_view fn, size_t max_positional, std::initializer_list<std::string_view> names) const;
-};
-
+class Dict;
+struct CallArgs;
 using Function = std::function<Value(const CallArgs&)>;
 
 class Value {
@@ -153,6 +129,34 @@ class Value {
   std::shared_ptr<const Error> err_;  // failed_generator
   static const std::string empty_;
 };
+
+// Insertion-ordered mapping. Keys are Values (strings nearly always); string keys are also indexed.
+class Dict {
+ public:
+  const Value* find(const Value& key) const;
+  const Value* find(std::string_view key) const;
+  const Value* find(const std::string& key) const { return find(std::string_view(key)); }
+  const Value* find(const char* key) const { return find(std::string_view(key)); }
+  void set(Value key, Value v);      // replaces an existing key in place
+  void set_at(size_t pos, Value v);  // the value of the pos-th key
+  size_t size() const { return items_.size(); }
+  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<Value, Value>> items_;
+  std::unordered_map<std::string, size_t> index_;  // string keys
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  // The keyword `name`, or the positional at `pos`, or nullptr.
+  const Value* get(size_t pos, std::string_view name) const;
+  // TypeError when more positionals than `max_positional` or a keyword outside `names` was given.
+  void check(std::string_view fn, size_t max_positional, std::initializer_list<std::string_view> names) const;
+};
+
+
 
 // Python ==, with 1 == 1.0 == True; containers element-wise; undefined equals only undefined.
 bool equal(const Value& a, const Value& b);
