@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "default_paths.h"
+#include "kv_flags.h"
 #include "load_options.h"
 #include "minimakv/engine/capacity.h"
 #include "minimakv/engine/model.h"
@@ -88,30 +89,12 @@ std::vector<std::vector<int32_t>> prompts_of(const std::vector<TraceEntry>& trac
 int run_replay(ReplayOptions o) {
   o.kv_opt.mode = cache::parse_kv_mode(o.kv);
   const auto admission = engine::parse_admission(o.admission);
-  // "90%": that share of the device memory free once the weights are loaded; else a byte count
-  const bool share = !o.kv_memory.empty() && o.kv_memory.back() == '%';
-  double percent = 0;
-  if (share) {
-    try {
-      size_t used = 0;
-      percent = std::stod(o.kv_memory.substr(0, o.kv_memory.size() - 1), &used);
-      if (used + 1 != o.kv_memory.size()) percent = -1;
-    } catch (const std::exception&) {
-      percent = -1;
-    }
-    if (!(percent > 0 && percent <= 100))
-      throw std::invalid_argument("replay: --kv-memory " + o.kv_memory + " must be a share in (0%, 100%] or a byte count");
-  }
-  size_t envelope = share ? 0 : engine::parse_bytes(o.kv_memory);
+  const auto kv_memory = KvMemory::parse(o.kv_memory, "replay");
   engine::validate(o.kv_opt);
   const auto trace = read_trace(o.trace);
   const auto load = load_options(o.weights, o.dummy_weights, o.dummy_seed, o.fallback_tokenizer);
   const auto model = engine::Model::load(o.model, backend::parse_device(o.device), load);
-  if (share) {
-    const auto mem = model->memory().device;
-    if (!mem) throw std::invalid_argument("replay: --kv-memory as a share of free memory needs --device cuda");
-    envelope = static_cast<size_t>(static_cast<double>(mem->free) * percent / 100.0);
-  }
+  const size_t envelope = kv_memory.bytes_for(*model);
   const auto prompts = prompts_of(trace, model->tokenizer(), o.data);
   size_t longest = 0;
   for (size_t i = 0; i < trace.size(); ++i)
@@ -275,16 +258,6 @@ int run_replay(ReplayOptions o) {
   row("step (ms)", step_ms, 1.0);
   row("loop overhead (us)", overhead_us, 1.0);
   return finished == trace.size() ? 0 : 1;
-}
-
-void add_kv_options(CLI::App& sub, engine::KvOptions& kv) {
-  sub.add_option("--page-size", kv.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
-  sub.add_option("--prefill-chunk", kv.prefill_chunk, "most prompt tokens of one request per pass")
-      ->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--recent-window", kv.controller.recent_window, "Recent pages (minima)")->check(CLI::Range(1u, 1u << 20));
-  sub.add_option("--checkpoint-interval", kv.checkpoint_interval, "decode tokens between retier checkpoints")
-      ->check(CLI::Range(0, 1 << 20));
-  sub.add_flag("--scoring", kv.controller.scoring, "feed attention page scores to the controller (minima)");
 }
 
 const Registration kReplay(
