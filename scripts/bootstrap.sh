@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build git pkg-config python3 python3-venv clang
       libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
-      libfmt-dev libpcre2-dev libopenblas-dev
+      libfmt-dev libpcre2-dev libopenblas-dev libcpp-httplib-dev prometheus-cpp-dev
       python3.11-doc linux-doc-6.1 wordnet-base wamerican)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -20,12 +20,14 @@ if ((${#missing[@]})); then
 fi
 echo "bootstrap: Debian packages present (${#pkgs[@]})"
 
-# Reference libraries the parity tests compare our C++ against (PyPI), in the project's own venv.
-if [[ ! -x .venv/bin/python3 ]] || ! .venv/bin/python3 -c "import tokenizers" 2>/dev/null; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check "tokenizers>=0.20,<1"
+# Reference libraries the parity tests compare our C++ against (PyPI), in the project's own venv:
+# tokenizers (the tokenizer), jinja2 (chat templates), openai (the server's client).
+if [[ ! -x .venv/bin/python3 ]] || ! .venv/bin/python3 -c "import tokenizers, jinja2, openai" 2>/dev/null; then
+  [[ -x .venv/bin/python3 ]] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "tokenizers>=0.20,<1" "jinja2>=3.1,<4" "openai>=1.40,<3"
 fi
-echo "bootstrap: reference venv .venv ($(.venv/bin/python3 -c 'import tokenizers; print("tokenizers", tokenizers.__version__)'))"
+echo "bootstrap: reference venv .venv ($(.venv/bin/python3 -c 'import tokenizers, jinja2, openai
+print("tokenizers", tokenizers.__version__, "jinja2", jinja2.__version__, "openai", openai.__version__)'))"
 
 # The evaluation's held-out essay and key words (and the training text), extracted from the Debian
 # packages above; regenerated only when missing.
