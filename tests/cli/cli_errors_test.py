@@ -44,6 +44,9 @@ def main():
             f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200_000)))
         empty = os.path.join(tmp, "empty.txt")
         open(empty, "w").close()
+        bad_template = os.path.join(tmp, "bad.jinja")
+        with open(bad_template, "w") as f:
+            f.write("{% for m in messages %}{{ m.content }")
         trace = os.path.join(tmp, "trace.jsonl")
         with open(trace, "w") as f:
             f.write('{"arrival": 0, "prompt": "hi", "output_tokens": 2}\n')
@@ -94,6 +97,14 @@ def main():
             (with_config(hidden_size=512.5), "'hidden_size' must be an integer"),
             (with_config(num_hidden_layers="4"), "'num_hidden_layers' must be an integer"),
             (with_config(tie_word_embeddings="false"), "'tie_word_embeddings' must be true or false"),
+            (["serve", "--kv-memory", "150%"], "--kv-memory 150%"),
+            (["serve", "--kv-memory", "50%"], "needs --device cuda"),
+            (["serve", "--kv-memory", "1KiB"], "cannot hold one request"),
+            (["serve", "--chat-template", os.path.join(tmp, "missing.jinja")], "cannot read"),
+            (["serve", "--chat-template", bad_template], "line 1"),
+            (["serve", "--port", "70000"], "--port"),
+            (["serve", "--shutdown-grace", "nan"], "--shutdown-grace"),
+            (["serve", "--host", "10.255.255.1", "--port", "8123"], "cannot bind 10.255.255.1:8123"),
         ]
         for argv, fragment in cases:
             if isinstance(argv, tuple):
