@@ -1,0 +1,89 @@
+// TextStream against a reference: decode every token at once, cut at the earliest stop string. Over
+// random token sequences of the embedded tokenizer (multi-byte characters split across tokens
+// included) and stop strings drawn from the text itself, every piece pushed out must be valid UTF-8
+// and the pieces must concatenate to the reference, whatever the token boundaries.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "minimakv/serve/text_stream.h"
+#include "test_util.h"
+
+namespace minimakv::serve {
+namespace {
+
+const model::Tokenizer& tokenizer() {
+  static const model::Tokenizer t =
+      model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
+  return t;
+}
+
+bool valid_utf8(const std::string& s) {
+  return sanitize_utf8(s) == s;
+}
+
+TEST(TextStream, PiecesConcatenateToTheTextCutAtTheEarliestStopString) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  const auto& tok = tokenizer();
+  const std::vector<std::string> texts = {
+      "Hello, world! The quick brown fox jumps over the lazy dog.",
+      "東京は日本の首都です。 Ünïcödé straße — naïve café 🙂🙂 end",
+      "line one\nline two\n\nSTOP here, then more text after STOP."};
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::string& src = texts[rng() % texts.size()];
+    std::vector<int32_t> ids = tok.encode(src);
+    if (rng() % 3 == 0)  // or random ids: invalid byte sequences too
+      for (auto& id : ids) id = static_cast<int32_t>(2 + rng() % (tok.vocab_size() - 2));
+    std::string all;
+    for (int32_t id : ids) all += tok.decode({id});
+    const std::string reference_text = sanitize_utf8(all);
+    std::vector<std::string> stops;
+    const size_t nstops = rng() % 3;
+    for (size_t k = 0; k < nstops && reference_text.size() > 4; ++k) {
+      size_t a = rng() % (reference_text.size() - 2), len = 1 + rng() % 4;
+      while (a > 0 && (static_cast<unsigned char>(reference_text[a]) & 0xc0) == 0x80) --a;  // a character boundary
+      std::string s = reference_text.substr(a, len);
+      if (valid_utf8(s)) stops.push_back(s);
+    }
+    if (rng() % 4 == 0) stops.push_back("\xe2\x98\x83never");
+    const bool include = rng() % 2;
+    // reference: the earliest stop (the longest at the same position) and the text before (or through) it
+    size_t cut = std::string::npos, cut_len = 0;
+    for (const auto& s : stops) {
+      const size_t p = reference_text.find(s);
+      if (p != std::string::npos && (p < cut || (p == cut && s.size() > cut_len))) cut = p, cut_len = s.size();
+    }
+    const std::string want =
+        cut == std::string::npos ? reference_text : reference_text.substr(0, include ? cut + cut_len : cut);
+    TextStream ts(tok, stops, include, true);
+    std::string got;
+    for (int32_t id : ids) {
+      const std::string piece = ts.push(id);
+      ASSERT_TRUE(valid_utf8(piece)) << "a piece is not valid UTF-8";
+      got += piece;
+      ASSERT_EQ(ts.emitted_bytes(), got.size());
+    }
+    got += ts.finish();
+    EXPECT_EQ(got, want) << "stops " << ::testing::PrintToString(stops) << " include " << include;
+    EXPECT_EQ(ts.stopped(), cut != std::string::npos);
+  }
+}
+
+TEST(TextStream, SpecialTokensAreSkippedOrKeptAndUnknownIdsBecomeReplacementCharacters) {
+  const auto& tok = tokenizer();
+  const int32_t eot = *tok.token_id("<|endoftext|>");
+  ASSERT_TRUE(tok.is_special(eot));
+  TextStream skip(tok, {}, false, true), keep(tok, {}, false, false);
+  const auto hi = tok.encode("hi");
+  std::string a, b;
+  for (int32_t id : {hi[0], eot, static_cast<int32_t>(tok.vocab_size() + 5)}) {
+    a += skip.push(id);
+    b += keep.push(id);
+  }
+  EXPECT_EQ(a + skip.finish(), tok.decode({hi[0]}) + "\xef\xbf\xbd");
+  EXPECT_EQ(b + keep.finish(), tok.decode({hi[0]}) + "<|endoftext|>\xef\xbf\xbd");
+}
+
+}  // namespace
+}  // namespace minimakv::serve
