@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stage prebuilt GPU binaries and the non-system shared libraries they link (Highway, xxHash) into one
+# Stage prebuilt GPU binaries and the non-system shared libraries they link into one
 # directory, for a GPU machine that has the CUDA toolkit but not the Debian development packages:
 #   bash scripts/gpu-pack.sh [build/release] [build/gpu-carry]; then BUILD=build/gpu-carry bash scripts/gpu-check.sh
 set -euo pipefail
@@ -11,8 +11,12 @@ rm -rf "$DST" && mkdir -p "$DST/tests" "$DST/bench" "$DST/apps/minimakv" "$DST/r
 cp "$SRC/tests/cuda_tests" "$DST/tests/"
 cp "$SRC/bench/cuda_decode_bench" "$SRC/bench/cuda_gemm_bench" "$DST/bench/"
 cp "$SRC/apps/minimakv/minimakv" "$DST/apps/minimakv/"
-for lib in libhwy.so.1 libxxhash.so.0; do
-  path=$(ldd "$DST/tests/cuda_tests" | awk -v l="$lib" '$1 == l {print $3}')
-  [[ -n "$path" ]] && cp -L "$path" "$DST/runtime-libs/"
+# Every Debian library the binaries link (Highway, xxHash, fmt, PCRE2, cpp-httplib and its TLS and
+# compression libraries, prometheus-cpp), but the C and C++ runtimes, which the GPU machine has.
+ldd "$DST/tests/cuda_tests" "$DST/apps/minimakv/minimakv" | awk '$3 ~ /^\/(usr\/)?lib/ {print $3}' | sort -u | while read -r path; do
+  case "$(basename "$path")" in
+    libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libdl.so*|libpthread.so*|librt.so*) ;;
+    *) cp -L "$path" "$DST/runtime-libs/" ;;
+  esac
 done
 du -sh "$DST"
