@@ -11,10 +11,19 @@
 
 namespace minimakv::engine {
 
+namespace {
+size_t numel(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device device, const LoadOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->cfg_ = model::load_config(dir);
   const auto& c = m->cfg_;
+  m->arch_ = &architecture_for(c);
   std::string tokenizer_path = dir + "/tokenizer.json";
   if (!std::filesystem::exists(tokenizer_path) && !options.fallback_tokenizer.empty())
     tokenizer_path = options.fallback_tokenizer;
@@ -30,62 +39,46 @@ std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device devic
   // kAuto: the backend's compute dtype where it has one of its own (CUDA: BF16); otherwise the
   // checkpoint's precision, so a BF16 checkpoint stays BF16 (the same values, half the bytes of their
   // fp32 widening) and an F32 or F16 one is not rounded. Dummy weights count as a BF16 checkpoint.
-  const bool bf16_checkpoint =
-      options.dummy || ck->tensor("model.embed_tokens.weight").dtype == model::DType::kBF16;
-  m->weight_dtype_ = options.weights == W::kBf16 ? backend::DType::kBF16
-                     : options.weights == W::kFp32 ? backend::DType::kF32
+  const bool bf16_checkpoint = options.dummy || ck->tensor("model.embed_tokens.weight").dtype == model::DType::kBF16;
+  m->weight_dtype_ = options.weights == W::kBf16                                             ? backend::DType::kBF16
+                     : options.weights == W::kFp32                                           ? backend::DType::kF32
                      : be.default_weight_dtype() == backend::DType::kBF16 || bf16_checkpoint ? backend::DType::kBF16
-                                                                                              : backend::DType::kF32;
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t QD = c.num_attention_heads * D, KD = c.num_key_value_heads * D;
-  auto numel = [](const std::vector<int64_t>& shape) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    return n;
-  };
-  // A weight matrix in the chosen dtype.
-  auto matrix = [&](const std::string& name, std::vector<int64_t> shape) {
-    if (options.dummy) {
-      m->checkpoint_bytes_ += 2 * numel(shape);
-      return be.random_weight(numel(shape), options.dummy_seed ^ std::hash<std::string>{}(name),
-                              backend::kDummyWeightScale, m->weight_dtype_);
+                                                                                             : backend::DType::kF32;
+  // Matrices in the chosen dtype; norm weights always fp32 (ones for dummy weights: the identity scale).
+  struct Reader final : WeightReader {
+    Model& m;
+    backend::Backend& be;
+    const LoadOptions& options;
+    std::optional<model::Checkpoint>& ck;
+    Reader(Model& model, backend::Backend& backend, const LoadOptions& o, std::optional<model::Checkpoint>& c)
+        : m(model), be(backend), options(o), ck(c) {}
+    backend::Tensor matrix(const std::string& name, std::vector<int64_t> shape) override {
+      if (options.dummy) {
+        m.checkpoint_bytes_ += 2 * numel(shape);
+        return be.random_weight(numel(shape), options.dummy_seed ^ std::hash<std::string>{}(name),
+                                backend::kDummyWeightScale, m.weight_dtype_);
+      }
+      const auto& t = ck->tensor(name);
+      m.checkpoint_bytes_ += t.end - t.begin;
+      if (m.weight_dtype_ == backend::DType::kBF16)
+        return be.upload_bf16(ck->load_bf16(name, shape), backend::DType::kBF16);
+      return be.upload(ck->load_f32(name, shape));
     }
-    const auto& t = ck->tensor(name);
-    m->checkpoint_bytes_ += t.end - t.begin;
-    if (m->weight_dtype_ == backend::DType::kBF16) return be.upload_bf16(ck->load_bf16(name, shape), backend::DType::kBF16);
-    return be.upload(ck->load_f32(name, shape));
-  };
-  // A norm weight, always fp32 (ones for dummy weights: the identity scale).
-  auto vector = [&](const std::string& name, std::vector<int64_t> shape) {
-    if (options.dummy) {
-      m->checkpoint_bytes_ += 2 * numel(shape);
-      return be.upload(std::vector<float>(numel(shape), 1.0f));
+    backend::Tensor vector(const std::string& name, std::vector<int64_t> shape) override {
+      if (options.dummy) {
+        m.checkpoint_bytes_ += 2 * numel(shape);
+        return be.upload(std::vector<float>(numel(shape), 1.0f));
+      }
+      const auto& t = ck->tensor(name);
+      m.checkpoint_bytes_ += t.end - t.begin;
+      return be.upload(ck->load_f32(name, shape));
     }
-    const auto& t = ck->tensor(name);
-    m->checkpoint_bytes_ += t.end - t.begin;
-    return be.upload(ck->load_f32(name, shape));
-  };
-  m->embed_ = matrix("model.embed_tokens.weight", {c.vocab_size, H});
-  m->final_norm_ = vector("model.norm.weight", {H});
-  if (!c.tie_word_embeddings) m->lm_head_ = matrix("lm_head.weight", {c.vocab_size, H});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Layer L;
-    L.wq = matrix(p + "self_attn.q_proj.weight", {QD, H});
-    L.wk = matrix(p + "self_attn.k_proj.weight", {KD, H});
-    L.wv = matrix(p + "self_attn.v_proj.weight", {KD, H});
-    L.wo = matrix(p + "self_attn.o_proj.weight", {H, QD});
-    if (c.qk_norm) {
-      L.q_norm = vector(p + "self_attn.q_norm.weight", {D});
-      L.k_norm = vector(p + "self_attn.k_norm.weight", {D});
-    }
-    L.in_norm = vector(p + "input_layernorm.weight", {H});
-    L.post_norm = vector(p + "post_attention_layernorm.weight", {H});
-    L.gate = matrix(p + "mlp.gate_proj.weight", {I, H});
-    L.up = matrix(p + "mlp.up_proj.weight", {I, H});
-    L.down = matrix(p + "mlp.down_proj.weight", {H, I});
-    m->layers_.push_back(std::move(L));
-  }
+  } reader(*m, be, options, ck);
+  const int64_t H = c.hidden_size;
+  m->embed_ = reader.matrix("model.embed_tokens.weight", {c.vocab_size, H});
+  m->final_norm_ = reader.vector("model.norm.weight", {H});
+  if (!c.tie_word_embeddings) m->lm_head_ = reader.matrix("lm_head.weight", {c.vocab_size, H});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) m->layers_.push_back(m->arch_->load_layer(reader, c, l));
   return m;
 }
 
@@ -94,9 +87,9 @@ MemoryReport Model::memory() const {
   r.weight_dtype = weight_dtype_;
   r.checkpoint_bytes = checkpoint_bytes_;
   r.weight_bytes = embed_.bytes() + final_norm_.bytes() + lm_head_.bytes();
-  for (const Layer& L : layers_)
-    for (const backend::Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.in_norm, &L.post_norm, &L.gate,
-                                     &L.up, &L.down})
+  for (const DecoderLayer& L : layers_)
+    for (const backend::Tensor* t :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.in_norm, &L.post_norm, &L.gate, &L.up, &L.down})
       r.weight_bytes += t->bytes();
   r.device = backend_->device_memory();
   return r;
@@ -124,14 +117,12 @@ std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::
                                   bool all_logits, std::vector<float>* page_scores) const {
   const SeqChunk one{seq, ids};
   std::vector<std::vector<float>> scores;
-  auto out =
-      forward_batch(store, std::span<const SeqChunk>(&one, 1), all_logits, page_scores ? &scores : nullptr);
+  auto out = forward_batch(store, std::span<const SeqChunk>(&one, 1), all_logits, page_scores ? &scores : nullptr);
   if (page_scores) *page_scores = std::move(scores[0]);
   return out;
 }
 
-std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
-                                        bool all_logits,
+std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks, bool all_logits,
                                         std::vector<std::vector<float>>* page_scores) const {
   const auto& c = cfg_;
   backend::Backend& be = *backend_;
@@ -185,18 +176,12 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
   // The residual stream x gets each block's output o added just before the next norm reads it (one
   // fused pass on the GPU); the last block's is added before the final norm.
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
+    const DecoderLayer& L = layers_[l];
     be.add_rmsnorm(x, l ? &o : nullptr, h, rows, H, L.in_norm, eps);
     be.matmul(h, n, H, L.wq, Hq * D, q);
     be.matmul(h, n, H, L.wk, Hkv * D, k);
     be.matmul(h, n, H, L.wv, Hkv * D, v);
-    if (c.qk_norm) {
-      be.norm_rope(q, Hq, D, L.q_norm, eps, seqs);
-      be.norm_rope(k, Hkv, D, L.k_norm, eps, seqs);
-    } else {
-      be.rope(q, Hq, seqs);
-      be.rope(k, Hkv, seqs);
-    }
+    arch_->encode_positions(be, L, c, q, k, seqs);
     be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, page_scores, layer_weight);
     be.matmul(attn, n, Hq * D, L.wo, H, o);
     be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);

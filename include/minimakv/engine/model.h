@@ -1,8 +1,10 @@
-// A Qwen3 / Llama decoder-only transformer running through the paged KV store on a backend (CPU or CUDA).
+// A decoder-only transformer (the architectures of engine/architecture.h: Qwen3, Llama) running through
+// the paged KV store on a backend (CPU or CUDA).
 //
 // Owns: the backend, the weights (in the backend's memory: matrices in BF16 on the CUDA backend, fp32 on
-// the CPU, norms fp32; or dummy weights drawn on the device from config.json alone) and the tokenizer. The forward pass is written once against backend::Backend. forward() runs a chunk of tokens at the sequence's next positions: per layer it projects
-// q/k/v, applies QK-norm (Qwen3) and RoPE, writes the chunk's K/V into the store (quantized on write,
+// the CPU, norms fp32; or dummy weights drawn on the device from config.json alone) and the tokenizer. The forward pass
+// is written once against backend::Backend. forward() runs a chunk of tokens at the sequence's next positions: per
+// layer it projects q/k/v, applies QK-norm (Qwen3) and RoPE, writes the chunk's K/V into the store (quantized on write,
 // one layer at a time), then attends over every page of the sequence in its stored format (BF16, FP8
 // or TQ3) with the mixed-format kernel, causal inside the chunk. No dense copy of the cache is made.
 // The store's geometry must match the model (layers, KV heads, head_dim), and the store must come from
@@ -17,6 +19,7 @@
 #include "minimakv/attention/thread_pool.h"
 #include "minimakv/backend/backend.h"
 #include "minimakv/cache/kv_store.h"
+#include "minimakv/engine/architecture.h"
 #include "minimakv/engine/network.h"
 #include "minimakv/model/config.h"
 #include "minimakv/model/tokenizer.h"
@@ -45,7 +48,7 @@ struct LoadOptions {
 struct MemoryReport {
   backend::DType weight_dtype = backend::DType::kF32;  // of the matrices
   size_t weight_bytes = 0;                             // every weight tensor as the backend holds it
-  size_t checkpoint_bytes = 0;  // the same tensors as stored in the checkpoint (BF16 for dummy weights)
+  size_t checkpoint_bytes = 0;                  // the same tensors as stored in the checkpoint (BF16 for dummy weights)
   std::optional<backend::DeviceMemory> device;  // free / total device memory, on a GPU backend
 };
 
@@ -73,27 +76,24 @@ class Model final : public Network {
   // one when all_logits ([n][vocab]). With page_scores, also returns one attention score per logical
   // page of the sequence (eq. 7-9 from the kernel's own page partials: all query heads and queries of
   // the chunk, averaged over layers), which the tier controller folds into its EWMA.
-  std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids, bool all_logits = false,
-                             std::vector<float>* page_scores = nullptr) const;
+  std::vector<float> forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,
+                             bool all_logits = false, std::vector<float>* page_scores = nullptr) const;
 
   // Several sequences in one pass (batched decode, or prefill chunks of different requests): the
   // projections and the MLP of all chunks' tokens are one GEMM each; RoPE, the K/V write and attention
   // run per sequence at its own positions. Capacity for every chunk is checked before the store
   // changes. Returns the logits of each chunk's last token ([chunks][vocab]), or of every token when
   // all_logits ([total tokens][vocab], chunks in order).
-  std::vector<float> forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks,
-                                   bool all_logits = false,
+  std::vector<float> forward_batch(cache::KvStore& store, std::span<const SeqChunk> chunks, bool all_logits = false,
                                    std::vector<std::vector<float>>* page_scores = nullptr) const override;
 
  private:
-  struct Layer {
-    backend::Tensor wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
-  };
   model::ModelConfig cfg_;
+  const Architecture* arch_ = nullptr;
   std::unique_ptr<model::Tokenizer> tok_;
   std::unique_ptr<backend::Backend> backend_;
   backend::Tensor embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
-  std::vector<Layer> layers_;
+  std::vector<DecoderLayer> layers_;
   backend::DType weight_dtype_ = backend::DType::kF32;
   size_t checkpoint_bytes_ = 0;
 };
