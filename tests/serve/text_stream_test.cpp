@@ -1,4 +1,5 @@
-// TextStream against a reference: decode every token at once, cut at the earliest stop string. Over
+// TextStream against a reference: the complete characters after each token, cut at the first stop string
+// to appear (the earliest, then the longest, occurrence). Over
 // random token sequences of the embedded tokenizer (multi-byte characters split across tokens
 // included) and stop strings drawn from the text itself, every piece pushed out must be valid UTF-8
 // and the pieces must concatenate to the reference, whatever the token boundaries.
@@ -22,7 +23,18 @@ bool valid_utf8(const std::string& s) {
   return sanitize_utf8(s) == s;
 }
 
-TEST(TextStream, PiecesConcatenateToTheTextCutAtTheEarliestStopString) {
+// Bytes of `s` before an unfinished UTF-8 sequence at its end (a lead byte still missing continuations).
+size_t complete_prefix(const std::string& s) {
+  for (size_t back = 1; back <= 3 && back <= s.size(); ++back) {
+    const auto c = static_cast<unsigned char>(s[s.size() - back]);
+    if ((c & 0xc0) == 0x80) continue;  // a continuation byte: look further back for its lead
+    const size_t need = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 1;
+    return need > back ? s.size() - back : s.size();
+  }
+  return s.size();
+}
+
+TEST(TextStream, PiecesConcatenateToTheTextCutAtTheFirstStopStringToAppear) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   const auto& tok = tokenizer();
@@ -48,14 +60,25 @@ TEST(TextStream, PiecesConcatenateToTheTextCutAtTheEarliestStopString) {
     }
     if (rng() % 4 == 0) stops.push_back("\xe2\x98\x83never");
     const bool include = rng() % 2;
-    // reference: the earliest stop (the longest at the same position) and the text before (or through) it
-    size_t cut = std::string::npos, cut_len = 0;
-    for (const auto& s : stops) {
-      const size_t p = reference_text.find(s);
-      if (p != std::string::npos && (p < cut || (p == cut && s.size() > cut_len))) cut = p, cut_len = s.size();
+    // reference: after each token, the complete characters so far (an unfinished UTF-8 sequence at the
+    // end waits); at the first token after which some stop string appears, the earliest (then the
+    // longest) occurrence ends the text, before it or through it
+    std::string want = reference_text;
+    bool stopped = false;
+    std::string bytes;
+    for (size_t k = 0; k < ids.size() && !stopped; ++k) {
+      bytes += tok.decode({ids[k]});
+      const std::string text = sanitize_utf8(bytes.substr(0, complete_prefix(bytes)));
+      size_t cut = std::string::npos, cut_len = 0;
+      for (const auto& s : stops) {
+        const size_t p = text.find(s);
+        if (p != std::string::npos && (p < cut || (p == cut && s.size() > cut_len))) cut = p, cut_len = s.size();
+      }
+      if (cut != std::string::npos) {
+        want = text.substr(0, include ? cut + cut_len : cut);
+        stopped = true;
+      }
     }
-    const std::string want =
-        cut == std::string::npos ? reference_text : reference_text.substr(0, include ? cut + cut_len : cut);
     TextStream ts(tok, stops, include, true);
     std::string got;
     for (int32_t id : ids) {
@@ -66,7 +89,7 @@ TEST(TextStream, PiecesConcatenateToTheTextCutAtTheEarliestStopString) {
     }
     got += ts.finish();
     EXPECT_EQ(got, want) << "stops " << ::testing::PrintToString(stops) << " include " << include;
-    EXPECT_EQ(ts.stopped(), cut != std::string::npos);
+    EXPECT_EQ(ts.stopped(), stopped);
   }
 }
 
