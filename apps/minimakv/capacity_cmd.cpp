@@ -54,7 +54,8 @@ int run_capacity(const CapacityOptions& o) {
         x["request_bytes_by_format"][name] = r.request_bytes_by_format[f];
         x["pool_bytes"][name] = r.pool_bytes[f];
       }
-      x["vs_bf16"] = static_cast<double>(r.max_requests) / static_cast<double>(std::max<size_t>(1, rows[0].max_requests));
+      x["vs_bf16"] =
+          static_cast<double>(r.max_requests) / static_cast<double>(std::max<size_t>(1, rows[0].max_requests));
       j["modes"].push_back(x);
     }
     fmt::print("{}\n", j.dump(1));
@@ -69,8 +70,8 @@ int run_capacity(const CapacityOptions& o) {
     std::string pools;
     for (size_t f = 0; f < codec::kNumPageFormats; ++f)
       if (r.pool_bytes[f])
-        pools += fmt::format("{}{} {:.2f}", pools.empty() ? "" : ", ", codec::to_string(static_cast<codec::PageFormat>(f)),
-                             gib(r.pool_bytes[f]));
+        pools += fmt::format("{}{} {:.2f}", pools.empty() ? "" : ", ",
+                             codec::to_string(static_cast<codec::PageFormat>(f)), gib(r.pool_bytes[f]));
     fmt::print("{:<7} {:>14} {:>11.0f} {:>13} {:>9} {:>7.2f}x   {}\n", cache::to_string(r.mode), r.request_bytes,
                r.bytes_per_token, r.tokens_held, r.max_requests,
                static_cast<double>(r.max_requests) / static_cast<double>(std::max<size_t>(1, rows[0].max_requests)),
@@ -84,7 +85,8 @@ const Registration kCommand(
      [](CLI::App& sub) {
        auto opt = std::make_shared<CapacityOptions>();
        opt->model = default_model_dir();
-       sub.add_option("--model", opt->model, "directory holding config.json (weights not needed; e.g. bench/configs/qwen3-8b)");
+       sub.add_option("--model", opt->model,
+                      "directory holding config.json (weights not needed; e.g. bench/configs/qwen3-8b)");
        sub.add_option("--kv-memory", opt->kv_memory, "KV memory envelope: bytes, or with a unit (64MiB, 40GiB, 1.5GB)");
        sub.add_option("--request-tokens", opt->request_tokens, "tokens per request (prompt plus output)")
            ->check(CLI::Range(size_t{1}, size_t{1} << 24));

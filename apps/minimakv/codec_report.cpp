@@ -1,9 +1,9 @@
 #include "codec_report.h"
 
+#include <fmt/core.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fmt/core.h>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>

@@ -33,8 +33,12 @@ std::string find_folder(const std::string& name, const std::string& marker) {
 
 }  // namespace
 
-std::string default_model_dir() { return find_folder("models/minima-qwen3-23m", "config.json"); }
+std::string default_model_dir() {
+  return find_folder("models/minima-qwen3-23m", "config.json");
+}
 
-std::string default_data_dir() { return find_folder("data", "corpus/essay.txt"); }
+std::string default_data_dir() {
+  return find_folder("data", "corpus/essay.txt");
+}
 
 }  // namespace minimakv::app

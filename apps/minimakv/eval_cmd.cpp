@@ -1,8 +1,8 @@
 #include "eval_cmd.h"
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdio>
-#include <fmt/format.h>
 #include <fstream>
 #include <memory>
 #include <stdexcept>

@@ -1,8 +1,8 @@
 #include "generate_cmd.h"
 
+#include <fmt/core.h>
 #include <algorithm>
 #include <cstdio>
-#include <fmt/core.h>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -21,8 +21,8 @@ namespace {
 void add_step_times(nlohmann::json& j, std::vector<double> t) {
   if (t.empty()) return;
   std::sort(t.begin(), t.end());
-  j["step_ms"] = {{"median", 1e3 * t[t.size() / 2]}, {"min", 1e3 * t.front()}, {"max", 1e3 * t.back()},
-                  {"steps", t.size()}};
+  j["step_ms"] = {
+      {"median", 1e3 * t[t.size() / 2]}, {"min", 1e3 * t.front()}, {"max", 1e3 * t.back()}, {"steps", t.size()}};
 }
 
 void add_attention_stats(nlohmann::json& j, const backend::AttentionStats& s) {
@@ -87,7 +87,8 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
   const auto context = static_cast<size_t>(model.config().max_position_embeddings);
   for (const auto& p : opt.batch_prompts) {
     auto ids = model.tokenizer().encode_bounded(p, context - static_cast<size_t>(opt.gen.max_new_tokens));
-    if (!ids) throw std::invalid_argument("generate: an --also prompt does not fit the model's context with the new tokens");
+    if (!ids)
+      throw std::invalid_argument("generate: an --also prompt does not fit the model's context with the new tokens");
     prompts.push_back(std::move(*ids));
   }
   for (const auto& p : prompts)
@@ -149,8 +150,9 @@ int run_generate(GenerateCmdOptions opt) {
   const auto context = static_cast<size_t>(model->config().max_position_embeddings);
   const size_t budget = static_cast<size_t>(opt.gen.max_new_tokens);
   if (budget >= context)
-    throw std::invalid_argument("generate: " + std::to_string(budget) + " new tokens leave no room for a prompt in the " +
-                                "model's context of " + std::to_string(context));
+    throw std::invalid_argument("generate: " + std::to_string(budget) +
+                                " new tokens leave no room for a prompt in the " + "model's context of " +
+                                std::to_string(context));
   std::string text = opt.prompt;
   if (!opt.prompt_file.empty()) {
     std::ifstream f(opt.prompt_file, std::ios::binary);
@@ -246,9 +248,10 @@ int run_generate(GenerateCmdOptions opt) {
     if (st.calls) {
       std::string routes;
       for (const auto& [name, n] : st.routes) routes += fmt::format("{}{} {}", routes.empty() ? "" : ", ", name, n);
-      fmt::print("attention on {}: {} calls ({}); read bf16 {} fp8 {} tq3 {} bytes; dense copies {} bytes, fallbacks {}\n",
-                 model->backend().describe(), st.calls, routes, st.bytes_read[0], st.bytes_read[1], st.bytes_read[2],
-                 st.dense_shadow_bytes, st.fallbacks);
+      fmt::print(
+          "attention on {}: {} calls ({}); read bf16 {} fp8 {} tq3 {} bytes; dense copies {} bytes, fallbacks {}\n",
+          model->backend().describe(), st.calls, routes, st.bytes_read[0], st.bytes_read[1], st.bytes_read[2],
+          st.dense_shadow_bytes, st.fallbacks);
     }
   }
   return 0;

@@ -1,8 +1,8 @@
 #include "kv_stats_cmd.h"
 
+#include <fmt/core.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/core.h>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>

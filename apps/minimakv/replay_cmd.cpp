@@ -17,7 +17,7 @@
 
 #include "command.h"
 #include "default_paths.h"
-#include "kv_flags.h"
+#include "engine_flags.h"
 #include "load_options.h"
 #include "minimakv/engine/capacity.h"
 #include "minimakv/engine/model.h"
@@ -31,15 +31,10 @@ namespace {
 using engine::Clock;
 
 struct ReplayOptions {
-  std::string model, trace, data;
-  std::string kv = "minima", device = "cpu", weights = "auto", kv_memory = "256MiB", admission = "preempt";
-  bool dummy_weights = false, json = false;
-  uint64_t dummy_seed = 0;
-  std::string fallback_tokenizer;
-  size_t reference_tokens = 0;  // 0: the trace's longest request
-  size_t max_step_tokens = 2048, max_running = 256;
+  EngineFlags engine;  // --reference-tokens 0: the trace's longest request
+  std::string trace, data;
+  bool json = false;
   double time_scale = 1.0;
-  engine::KvOptions kv_opt;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -87,32 +82,22 @@ std::vector<std::vector<int32_t>> prompts_of(const std::vector<TraceEntry>& trac
 }
 
 int run_replay(ReplayOptions o) {
-  o.kv_opt.mode = cache::parse_kv_mode(o.kv);
-  const auto admission = engine::parse_admission(o.admission);
-  const auto kv_memory = KvMemory::parse(o.kv_memory, "replay");
-  engine::validate(o.kv_opt);
+  o.engine.check("replay");
   const auto trace = read_trace(o.trace);
-  const auto load = load_options(o.weights, o.dummy_weights, o.dummy_seed, o.fallback_tokenizer);
-  const auto model = engine::Model::load(o.model, backend::parse_device(o.device), load);
-  const size_t envelope = kv_memory.bytes_for(*model);
-  const auto prompts = prompts_of(trace, model->tokenizer(), o.data);
-  size_t longest = 0;
-  for (size_t i = 0; i < trace.size(); ++i)
-    longest = std::max(longest, prompts[i].size() + static_cast<size_t>(trace[i].output_tokens));
-  const size_t ref = o.reference_tokens ? o.reference_tokens : longest;
-
-  engine::SchedulerOptions so;
-  so.kv = o.kv_opt;
-  so.max_step_tokens = o.max_step_tokens;
-  so.max_running = o.max_running;
-  so.admission = admission;
-  const engine::KvBudget budget(model->config(), o.kv_opt);
-  const auto pools = budget.pools_for_memory(envelope, ref, o.max_step_tokens);
-  // The capacity report: the same envelope in every mode, requests of the reference length (measured).
-  engine::GenerateOptions cap_opt;
-  static_cast<engine::KvOptions&>(cap_opt) = o.kv_opt;
-  const cache::KvMode modes[] = {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima};
-  const auto cap = engine::measure_capacity(model->config(), modes, ref, envelope, cap_opt);
+  std::vector<std::vector<int32_t>> prompts;
+  auto setup = o.engine.load([&](const engine::Model& m) {
+    prompts = prompts_of(trace, m.tokenizer(), o.data);
+    size_t longest = 0;
+    for (size_t i = 0; i < trace.size(); ++i)
+      longest = std::max(longest, prompts[i].size() + static_cast<size_t>(trace[i].output_tokens));
+    return longest;
+  });
+  if (prompts.empty()) prompts = prompts_of(trace, setup.model->tokenizer(), o.data);
+  const auto& model = setup.model;
+  const size_t envelope = setup.envelope, ref = setup.reference_tokens;
+  const auto& so = setup.scheduler;
+  const auto& pools = setup.pools;
+  const auto& cap = setup.capacity;
   engine::Scheduler sched(*model, so, pools);
   nlohmann::json capacity;
   capacity["kv_memory_bytes"] = envelope;
@@ -120,16 +105,15 @@ int run_replay(ReplayOptions o) {
   for (int f = 0; f < codec::kNumPageFormats; ++f) {
     const auto pf = static_cast<codec::PageFormat>(f);
     const auto& p = sched.store().pool(pf);
-    capacity["pools"][codec::to_string(pf)] = {{"pages", p.capacity()}, {"page_bytes", p.page_bytes()},
-                                               {"bytes", p.capacity() * p.page_bytes()}};
+    capacity["pools"][codec::to_string(pf)] = {
+        {"pages", p.capacity()}, {"page_bytes", p.page_bytes()}, {"bytes", p.capacity() * p.page_bytes()}};
   }
   for (const auto& r : cap)
-    capacity["modes"][cache::to_string(r.mode)] = {{"bytes_per_token", r.bytes_per_token},
-                                                   {"tokens_held", r.tokens_held},
-                                                   {"max_requests", r.max_requests}};
+    capacity["modes"][cache::to_string(r.mode)] = {
+        {"bytes_per_token", r.bytes_per_token}, {"tokens_held", r.tokens_held}, {"max_requests", r.max_requests}};
   if (!o.json) {
-    fmt::print(stderr, "{} requests, kv {} ({} admission), device {}, envelope {} bytes, pools:", trace.size(), o.kv,
-               o.admission, model->backend().describe(), envelope);
+    fmt::print(stderr, "{} requests, kv {} ({} admission), device {}, envelope {} bytes, pools:", trace.size(),
+               o.engine.kv, o.engine.admission, model->backend().describe(), envelope);
     for (auto& [name, p] : capacity["pools"].items())
       if (p["pages"].get<size_t>()) fmt::print(stderr, " {} {} pages", name, p["pages"].get<size_t>());
     fmt::print(stderr, "\ncapacity at {} tokens per request:", ref);
@@ -144,7 +128,8 @@ int run_replay(ReplayOptions o) {
   size_t next = 0, done = 0;
   const auto t0 = engine::Clock::now();
   auto due = [&](size_t i) {
-    return t0 + std::chrono::duration_cast<engine::Clock::duration>(std::chrono::duration<double>(trace[i].arrival * o.time_scale));
+    return t0 + std::chrono::duration_cast<engine::Clock::duration>(
+                    std::chrono::duration<double>(trace[i].arrival * o.time_scale));
   };
   while (done < trace.size()) {
     const auto now = engine::Clock::now();
@@ -230,12 +215,12 @@ int run_replay(ReplayOptions o) {
   sum["loop_overhead_us"] = summary_of(overhead_us);
   if (o.json) {
     nlohmann::json j;
-    j["model"] = o.model;
+    j["model"] = o.engine.model;
     j["device"] = model->backend().describe();
-    j["kv"] = o.kv;
-    j["admission"] = o.admission;
-    j["max_step_tokens"] = o.max_step_tokens;
-    j["max_running"] = o.max_running;
+    j["kv"] = o.engine.kv;
+    j["admission"] = o.engine.admission;
+    j["max_step_tokens"] = o.engine.max_step_tokens;
+    j["max_running"] = o.engine.max_running;
     j["capacity"] = capacity;
     j["summary"] = sum;
     j["requests"] = reqs;
@@ -264,34 +249,18 @@ const Registration kReplay(
     {"replay", "run a request trace in real time through the scheduler; latency, throughput, peak concurrency", 62,
      [](CLI::App& sub) {
        auto o = std::make_shared<ReplayOptions>();
-       o->model = default_model_dir();
        o->data = default_data_dir();
-       o->fallback_tokenizer = default_model_dir() + "/tokenizer.json";
+       o->engine.kv_memory = "256MiB";
        sub.add_option("--trace", o->trace, "JSONL trace (minimakv make-trace writes one)")->required();
-       sub.add_option("--model", o->model, "model directory");
        sub.add_option("--data", o->data, "folder holding corpus/essay.txt (the default prompt source)");
-       sub.add_option("--kv", o->kv, "bf16, fp8 or minima")->check(CLI::IsMember({"bf16", "fp8", "minima"}));
-       sub.add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-       sub.add_option("--weights", o->weights, "auto, bf16 or fp32")->check(CLI::IsMember({"auto", "bf16", "fp32"}));
-       sub.add_flag("--dummy-weights", o->dummy_weights, "random weights from --model's config.json alone");
-       sub.add_option("--dummy-seed", o->dummy_seed, "seed of the dummy weights");
-       sub.add_option("--kv-memory", o->kv_memory,
-                      "KV memory envelope: bytes, with a unit (256MiB, 40GiB), or a share of the GPU memory free "
-                      "after loading (90%)");
-       sub.add_option("--reference-tokens", o->reference_tokens,
-                      "request length the minima pools are split for (default: the trace's longest)")
-           ->check(CLI::Range(size_t{0}, size_t{1} << 24));
-       sub.add_option("--admission", o->admission, "reserve (never preempts) or preempt (vLLM's default)")
-           ->check(CLI::IsMember({"reserve", "preempt"}));
-       sub.add_option("--max-step-tokens", o->max_step_tokens, "tokens per forward pass")
-           ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-       sub.add_option("--max-running", o->max_running, "requests holding pages at once")
-           ->check(CLI::Range(size_t{1}, size_t{1} << 16));
+       o->engine.add_to(sub,
+                        "KV memory envelope: bytes, with a unit (256MiB, 40GiB), or a share of the GPU memory free "
+                        "after loading (90%)",
+                        "request length the minima pools are split for (default: the trace's longest)");
        sub.add_option("--time-scale", o->time_scale, "multiply arrival times (0: everything arrives at once)")
            ->check(finite())
            ->check(CLI::Range(0.0, 1e6));
        sub.add_flag("--json", o->json, "machine-readable output, every request included");
-       add_kv_options(sub, o->kv_opt);
        return std::function<int()>([=] { return run_replay(*o); });
      }});
 

@@ -20,8 +20,7 @@
 
 #include "command.h"
 #include "default_paths.h"
-#include "kv_flags.h"
-#include "load_options.h"
+#include "engine_flags.h"
 #include "minimakv/engine/capacity.h"
 #include "minimakv/engine/kv_budget.h"
 #include "minimakv/serve/http_server.h"
@@ -31,24 +30,20 @@ namespace minimakv::app {
 namespace {
 
 struct ServeFlags {
-  std::string model, kv = "minima", device = "cpu", weights = "auto", kv_memory, admission = "preempt";
-  std::string fallback_tokenizer, chat_template;
-  bool dummy_weights = false;
-  uint64_t dummy_seed = 0;
-  unsigned threads = 0;
-  size_t reference_tokens = 0, max_step_tokens = 2048, max_running = 256;
+  EngineFlags engine;  // --kv-memory empty: 90% on cuda, 1GiB on cpu
+  std::string chat_template;
   double shutdown_grace = 30;
   serve::ServerOptions server;
-  engine::KvOptions kv_opt;
 };
 
 // The chat template: --chat-template, else the model's tokenizer_config.json, else the one beside the
 // tokenizer the model fell back to (a dummy-weight model runs the embedded tokenizer and its template).
 std::optional<serve::ChatTemplate> chat_template_for(const ServeFlags& f) {
   if (!f.chat_template.empty()) return serve::ChatTemplate::load(f.chat_template);
-  if (auto t = serve::ChatTemplate::from_model_dir(f.model)) return t;
-  if (!std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json") && !f.fallback_tokenizer.empty())
-    return serve::ChatTemplate::from_model_dir(std::filesystem::path(f.fallback_tokenizer).parent_path().string());
+  const auto& e = f.engine;
+  if (auto t = serve::ChatTemplate::from_model_dir(e.model)) return t;
+  if (!std::filesystem::exists(std::filesystem::path(e.model) / "tokenizer.json") && !e.fallback_tokenizer.empty())
+    return serve::ChatTemplate::from_model_dir(std::filesystem::path(e.fallback_tokenizer).parent_path().string());
   return std::nullopt;
 }
 
@@ -70,14 +65,12 @@ void probe_address(const std::string& host, int port) {
 }
 
 int run_serve(ServeFlags f) {
-  f.kv_opt.mode = cache::parse_kv_mode(f.kv);
-  const auto admission = engine::parse_admission(f.admission);
-  if (f.kv_memory.empty()) f.kv_memory = f.device == "cuda" ? "90%" : "1GiB";
-  const auto kv_memory = KvMemory::parse(f.kv_memory, "serve");
-  engine::validate(f.kv_opt);
+  auto& e = f.engine;
+  if (e.kv_memory.empty()) e.kv_memory = e.device == "cuda" ? "90%" : "1GiB";
+  e.check("serve");
   probe_address(f.server.host, f.server.port);
   if (f.server.served_model_name.empty())
-    f.server.served_model_name = std::filesystem::path(f.model).filename().string();
+    f.server.served_model_name = std::filesystem::path(e.model).filename().string();
   if (f.server.api_key.empty())
     if (const char* k = std::getenv("MINIMAKV_API_KEY")) f.server.api_key = k;
   f.server.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_grace * 1000));
@@ -90,35 +83,24 @@ int run_serve(ServeFlags f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto chat = chat_template_for(f);
-  auto load = load_options(f.weights, f.dummy_weights, f.dummy_seed, f.fallback_tokenizer);
-  load.cpu_threads = f.threads;
-  const auto model = engine::Model::load(f.model, backend::parse_device(f.device), load);
-  const size_t envelope = kv_memory.bytes_for(*model);
-  const size_t context = static_cast<size_t>(model->config().max_position_embeddings);
-  const size_t ref = f.reference_tokens ? f.reference_tokens : std::min<size_t>(context, 16384);
-  engine::SchedulerOptions so;
-  so.kv = f.kv_opt;
-  so.max_step_tokens = f.max_step_tokens;
-  so.max_running = f.max_running;
-  so.admission = admission;
-  const engine::KvBudget budget(model->config(), f.kv_opt);
-  const auto pools = budget.pools_for_memory(envelope, ref, f.max_step_tokens);
+  auto setup = e.load([](const engine::Model& m) {
+    return std::min<size_t>(static_cast<size_t>(m.config().max_position_embeddings), 16384);
+  });
+  const auto& model = setup.model;
+  const size_t envelope = setup.envelope, ref = setup.reference_tokens;
+  const auto& cap = setup.capacity;
 
   serve::ServerMetrics metrics(f.server.served_model_name);
-  engine::GenerateOptions cap_opt;
-  static_cast<engine::KvOptions&>(cap_opt) = f.kv_opt;
-  const cache::KvMode modes[] = {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima};
-  const auto cap = engine::measure_capacity(model->config(), modes, ref, envelope, cap_opt);
   metrics.set_capacity(cap);
 
-  serve::EngineService engine(*model, so, pools, metrics, &model->backend());
+  serve::EngineService engine(*model, setup.scheduler, setup.pools, metrics, &model->backend());
   const auto mem = model->memory();
-  fmt::print(stderr, "serve: model {} ({}), device {}, weights {:.2f} GiB", f.model, f.server.served_model_name,
+  fmt::print(stderr, "serve: model {} ({}), device {}, weights {:.2f} GiB", e.model, f.server.served_model_name,
              model->backend().describe(), static_cast<double>(mem.weight_bytes) / (1u << 30));
   if (mem.device)
     fmt::print(stderr, ", {:.1f} GiB free of {:.1f}", static_cast<double>(mem.device->free) / (1u << 30),
                static_cast<double>(mem.device->total) / (1u << 30));
-  fmt::print(stderr, "\nserve: kv {}, envelope {:.2f} GiB:", f.kv, static_cast<double>(envelope) / (1u << 30));
+  fmt::print(stderr, "\nserve: kv {}, envelope {:.2f} GiB:", e.kv, static_cast<double>(envelope) / (1u << 30));
   for (int i = 0; i < codec::kNumPageFormats; ++i) {
     const auto& p = engine.scheduler().store().pool(static_cast<codec::PageFormat>(i));
     if (p.capacity())
@@ -150,16 +132,12 @@ const Registration kServe(
     {"serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics) over the scheduler", 64,
      [](CLI::App& sub) {
        auto f = std::make_shared<ServeFlags>();
-       f->model = default_model_dir();
-       f->fallback_tokenizer = default_model_dir() + "/tokenizer.json";
        f->server.served_model_name.clear();
-       sub.add_option("--model", f->model, "model directory");
-       sub.add_option("--kv", f->kv, "bf16, fp8 or minima")->check(CLI::IsMember({"bf16", "fp8", "minima"}));
-       sub.add_option("--device", f->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-       sub.add_option("--weights", f->weights, "auto, bf16 or fp32")->check(CLI::IsMember({"auto", "bf16", "fp32"}));
-       sub.add_flag("--dummy-weights", f->dummy_weights, "random weights from --model's config.json alone");
-       sub.add_option("--dummy-seed", f->dummy_seed, "seed of the dummy weights");
-       sub.add_option("--threads", f->threads, "CPU threads (0: one per hardware thread)")
+       f->engine.add_to(sub,
+                        "KV memory envelope: bytes with a unit (1GiB), or a share of the GPU memory free after loading "
+                        "(default: 90% on cuda, 1GiB on cpu)",
+                        "request length the minima pools are split for (default: the context, at most 16384)");
+       sub.add_option("--threads", f->engine.cpu_threads, "CPU threads (0: one per hardware thread)")
            ->check(CLI::Range(0u, 1024u));
        sub.add_option("--host", f->server.host, "address to bind (default 127.0.0.1: this machine only)");
        sub.add_option("--port", f->server.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -169,18 +147,6 @@ const Registration kServe(
                       "the model's name in the API (default: the folder's)");
        sub.add_option("--chat-template", f->chat_template,
                       "a chat template file (or tokenizer_config.json) to use instead");
-       sub.add_option("--kv-memory", f->kv_memory,
-                      "KV memory envelope: bytes with a unit (1GiB), or a share of the GPU memory free after loading "
-                      "(default: 90% on cuda, 1GiB on cpu)");
-       sub.add_option("--reference-tokens", f->reference_tokens,
-                      "request length the minima pools are split for (default: the context, at most 16384)")
-           ->check(CLI::Range(size_t{0}, size_t{1} << 24));
-       sub.add_option("--admission", f->admission, "reserve (never preempts) or preempt (vLLM's default)")
-           ->check(CLI::IsMember({"reserve", "preempt"}));
-       sub.add_option("--max-step-tokens", f->max_step_tokens, "tokens per forward pass")
-           ->check(CLI::Range(size_t{1}, size_t{1} << 20));
-       sub.add_option("--max-running", f->max_running, "requests holding pages at once")
-           ->check(CLI::Range(size_t{1}, size_t{1} << 16));
        sub.add_option("--max-request-bytes", f->server.max_request_bytes, "largest request body")
            ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
        sub.add_option("--max-prompt-tokens", f->server.max_prompt_tokens,
@@ -191,7 +157,6 @@ const Registration kServe(
        sub.add_option("--shutdown-grace", f->shutdown_grace, "seconds in-flight requests may finish after SIGTERM")
            ->check(finite())
            ->check(CLI::Range(0.0, 3600.0));
-       add_kv_options(sub, f->kv_opt);
        return std::function<int()>([=] { return run_serve(*f); });
      }});
 

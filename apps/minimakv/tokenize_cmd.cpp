@@ -1,8 +1,8 @@
 #include "tokenize_cmd.h"
 
+#include <fmt/core.h>
 #include <algorithm>
 #include <chrono>
-#include <fmt/core.h>
 #include <iostream>
 #include <iterator>
 #include <memory>

@@ -25,10 +25,12 @@ std::vector<TraceEntry> read_trace(const std::string& path) {
     }
     if (!j.is_object()) throw std::invalid_argument(where + "a line must be a JSON object");
     auto number = [&](const char* key, double lo, double hi) {
-      if (!j.contains(key) || !j[key].is_number()) throw std::invalid_argument(where + "'" + key + "' must be a number");
+      if (!j.contains(key) || !j[key].is_number())
+        throw std::invalid_argument(where + "'" + key + "' must be a number");
       const double v = j[key].get<double>();
       if (!std::isfinite(v) || v < lo || v > hi)
-        throw std::invalid_argument(where + "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        throw std::invalid_argument(where + "'" + key + "' must be in [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "]");
       return v;
     };
     auto integer = [&](const char* key, double lo, double hi) {
@@ -56,13 +58,16 @@ std::vector<TraceEntry> read_trace(const std::string& path) {
     out.push_back(std::move(e));
   }
   if (out.empty()) throw std::invalid_argument("trace: " + path + " holds no request");
-  std::stable_sort(out.begin(), out.end(), [](const TraceEntry& a, const TraceEntry& b) { return a.arrival < b.arrival; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TraceEntry& a, const TraceEntry& b) { return a.arrival < b.arrival; });
   return out;
 }
 
 std::vector<TraceEntry> make_trace(const TraceShape& s) {
-  if (s.prompt_min < 1 || s.prompt_min > s.prompt_max) throw std::invalid_argument("make-trace: bad prompt length range");
-  if (s.output_min < 0 || s.output_min > s.output_max) throw std::invalid_argument("make-trace: bad output length range");
+  if (s.prompt_min < 1 || s.prompt_min > s.prompt_max)
+    throw std::invalid_argument("make-trace: bad prompt length range");
+  if (s.output_min < 0 || s.output_min > s.output_max)
+    throw std::invalid_argument("make-trace: bad output length range");
   if (!std::isfinite(s.rate) || s.rate < 0) throw std::invalid_argument("make-trace: the rate must be >= 0");
   std::mt19937_64 rng(s.seed);
   std::exponential_distribution<double> gap(s.rate > 0 ? s.rate : 1.0);

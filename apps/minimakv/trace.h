@@ -27,7 +27,7 @@ std::vector<TraceEntry> read_trace(const std::string& path);
 
 struct TraceShape {
   size_t requests = 16;
-  double rate = 0;                    // requests per second, Poisson; 0: all arrive at once
+  double rate = 0;  // requests per second, Poisson; 0: all arrive at once
   size_t prompt_min = 512, prompt_max = 512;
   int output_min = 32, output_max = 32;
   uint64_t seed = 0;
