@@ -19,8 +19,8 @@ StoreConfig bench_config(size_t pages) {
   c.kv_heads = 2;
   c.head_dim = 128;
   c.tokens_per_page = 16;
-  c.fp8_pages = pages;
-  c.tq3_pages = pages;
+  c.pages_of(PageFormat::kFp8) = pages;
+  c.pages_of(PageFormat::kTq3) = pages;
   return c;
 }
 
@@ -104,7 +104,7 @@ void BM_DecodeStepBookkeeping(benchmark::State& st) {
   StoreConfig c = bench_config(0);
   c.tokens_per_page = 64;
   // Room for the steps the benchmark runs (a fixed count, so the sequences cannot outgrow it).
-  c.fp8_pages = c.tq3_pages = ((context + kDecodeSteps) / 64 + 2) * batch * 8;
+  c.pages_of(PageFormat::kFp8) = c.pages_of(PageFormat::kTq3) = ((context + kDecodeSteps) / 64 + 2) * batch * 8;
   KvStore store(c, std::make_unique<NoStorage>());
   std::vector<SeqId> seqs;
   std::vector<int32_t> ids(context);

@@ -207,7 +207,8 @@ int run_codec_report(const CodecReportOptions& opt) {
   for (int d : {64, 128, 256}) {
     json row;
     std::string line = fmt::format("  d={:<4}", d);
-    for (auto f : {codec::PageFormat::kBf16, codec::PageFormat::kFp8, codec::PageFormat::kTq3}) {
+    for (const codec::PageFormatSpec& spec : codec::all_page_formats()) {
+      const codec::PageFormat f = spec.format;
       const codec::PageLayout L(f, {64, 8, d});
       const auto b = L.breakdown();
       row[codec::to_string(f)] = {{"bits_per_scalar", L.bits_per_scalar()},

@@ -46,12 +46,12 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
   alignas(64) float qr[kMaxRows][codec::kMaxHeadDim];
   alignas(64) float acc[kMaxRows][codec::kMaxHeadDim];
   alignas(64) float accr[kMaxRows][codec::kMaxHeadDim];
-  bool any_tq3 = false;
-  for (size_t p = p0; p < p1; ++p) any_tq3 |= in.pages[p].format == PageFormat::kTq3;
+  bool any_rotated = false;
+  for (size_t p = p0; p < p1; ++p) any_rotated |= codec::format_spec(in.pages[p].format).rotated;
   for (int r = 0; r < R; ++r) {
     const float* src = q_block + static_cast<size_t>(r / G) * in.q_heads * d + static_cast<size_t>(h * G + r % G) * d;
     for (int i = 0; i < d; ++i) q[r][i] = src[i] * scale;
-    if (any_tq3) {
+    if (any_rotated) {
       std::memcpy(qr[r], q[r], sizeof(float) * d);
       in.rotations[h].forward({qr[r], static_cast<size_t>(d)});  // once per split, not per key
     }
@@ -71,11 +71,11 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
     const codec::PageLayout& L = *in.layouts[static_cast<int>(pv.format)];
     const uint32_t nt = visible(pv, R - 1);  // the block's last query sees the most
     s.resize(static_cast<size_t>(R) * std::max<uint32_t>(nt, 1));
-    const bool tq3 = pv.format == PageFormat::kTq3;
+    const bool rotated = codec::format_spec(pv.format).rotated;
     if (nt > 0) {
       // Each K row is decoded once for every row of the split.
       detail::page_logits(pv.format, pv.data + L.k_codes(h, 0), L.row_bytes(), pv.data + L.k_meta(h, 0), nt,
-                          tq3 ? qr[0] : q[0], codec::kMaxHeadDim, R, d, s.data());
+                          rotated ? qr[0] : q[0], codec::kMaxHeadDim, R, d, s.data());
     }
     for (int r = 0; r < R; ++r) {
       float* sr = s.data() + static_cast<size_t>(r) * nt;
@@ -111,7 +111,7 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
     }
     const uint8_t* v_codes = pv.data + L.v_codes(h, 0);
     const uint8_t* v_meta = pv.data + L.v_meta(h, 0);
-    float* out = tq3 ? accr[0] : acc[0];
+    float* out = rotated ? accr[0] : acc[0];
     if (visible(pv, 0) == nt) {
       if (nt > 0)
         detail::page_accumulate(pv.format, v_codes, L.row_bytes(), v_meta, nt, s.data(), R, d, out, codec::kMaxHeadDim);
@@ -129,7 +129,7 @@ void run_split(const LayerInput& in, const float* q_block, int nq, uint32_t firs
   }
   res.o.assign(static_cast<size_t>(R) * d, 0.0f);
   for (int r = 0; r < R; ++r) {
-    if (any_tq3) {
+    if (any_rotated) {
       in.rotations[h].inverse({accr[r], static_cast<size_t>(d)});  // one inverse rotation per output
       for (int i = 0; i < d; ++i) acc[r][i] += accr[r][i];
     }
@@ -152,8 +152,8 @@ void validate(const LayerInput& in, const QueryBlock& qb, size_t out_size) {
     if (!L || !pv.data) fail("a page's format has no layout or the page has no data");
     if (L->geometry().head_dim != in.head_dim || L->geometry().kv_heads != in.kv_heads) fail("layout geometry");
     if (pv.tokens > static_cast<uint32_t>(L->geometry().tokens_per_page)) fail("page holds more tokens than it can");
-    if (pv.format == PageFormat::kTq3 && in.rotations.size() != static_cast<size_t>(in.kv_heads))
-      fail("TQ3 pages need one rotation per KV head");
+    if (codec::format_spec(pv.format).rotated && in.rotations.size() != static_cast<size_t>(in.kv_heads))
+      fail("rotated (TQ3) pages need one rotation per KV head");
   }
 }
 

@@ -6,6 +6,7 @@
 // of cache/page_storage.h).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -18,14 +19,19 @@
 
 namespace minimakv::backend {
 
+// Device pool capacities for a store's: one more page per non-empty pool (PageId 0, the null page).
+inline std::array<size_t, codec::kNumPageFormats> with_null_pages(std::array<size_t, codec::kNumPageFormats> pages) {
+  for (size_t& p : pages) p = p ? p + 1 : 0;
+  return pages;
+}
+
 // Page bytes of one store in device memory (one pool per format), plus the rotation signs its TQ3
 // conversions use.
 class DevicePageStorage final : public cache::PageStorage {
  public:
   DevicePageStorage(const cache::StoreConfig& cfg, std::shared_ptr<Stream> stream)
       : geo_{cfg.tokens_per_page, cfg.kv_heads, cfg.head_dim},
-        pool_(geo_, {cfg.bf16_pages ? cfg.bf16_pages + 1 : 0, cfg.fp8_pages ? cfg.fp8_pages + 1 : 0,
-                     cfg.tq3_pages ? cfg.tq3_pages + 1 : 0}),
+        pool_(geo_, with_null_pages(cfg.pages)),
         signs_(cuda::upload_rotation_signs(cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.rotation_seed)),
         policy_(cfg.tq3_policy),
         stream_(std::move(stream)) {

@@ -80,9 +80,8 @@ KvStore::KvStore(StoreConfig cfg, std::unique_ptr<PageStorage> storage)
   geo_ = {cfg_.tokens_per_page, cfg_.kv_heads, cfg_.head_dim};
   const bool host = storage_ == nullptr;
   try {
-    pools_[0] = std::make_unique<PagePool>(PageFormat::kBf16, geo_, cfg_.bf16_pages, host);
-    pools_[1] = std::make_unique<PagePool>(PageFormat::kFp8, geo_, cfg_.fp8_pages, host);
-    pools_[2] = std::make_unique<PagePool>(PageFormat::kTq3, geo_, cfg_.tq3_pages, host);
+    for (const codec::PageFormatSpec& f : codec::all_page_formats())
+      pools_[codec::format_index(f.format)] = std::make_unique<PagePool>(f.format, geo_, cfg_.pages_of(f.format), host);
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string("StoreConfig: ") + e.what());
   }
@@ -591,7 +590,8 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
         } else {
           j.convert = true;
           for (int l = 0; l < cfg_.layers; ++l)
-            if (!protected_[l]) ++need[static_cast<int>(to_stale ? PageFormat::kTq3 : PageFormat::kFp8)];
+            if (!protected_[l])
+              ++need[codec::format_index(storage_format(cfg_.mode, to_stale ? Tier::kStale : Tier::kRecent, false))];
         }
       }
       jobs.push_back(std::move(j));
@@ -621,7 +621,7 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
     // Take conversion references on sources and allocate destinations (private until published).
     for (Job& j : jobs) {
       if (!j.convert) continue;
-      const PageFormat df = j.target == Tier::kStale ? PageFormat::kTq3 : PageFormat::kFp8;
+      const PageFormat df = storage_format(cfg_.mode, j.target, false);
       for (int l = 0; l < cfg_.layers; ++l) {
         if (protected_[l]) continue;
         add_ref(j.src[l], RefKind::kConversion);
@@ -908,9 +908,7 @@ void KvStore::check_invariants_locked() const {
         const PagePool& p = pool(e.format);
         if (!p.valid(e.id) || !p.meta(e.id).in_use) fail("a live row points to a free or invalid page");
         if (r.sealed && !p.meta(e.id).sealed) fail("a full page is not sealed");
-        PageFormat want = append_format();
-        if (r.tier == Tier::kStale && !protected_[l]) want = PageFormat::kTq3;
-        if (e.format != want) fail("row format does not match its tier");
+        if (e.format != storage_format(cfg_.mode, r.tier, protected_[l])) fail("row format does not match its tier");
         ++expect[static_cast<int>(e.format)][e.id][0];
       }
       if (r.variant >= 0 && (!variants_[r.variant].used || variants_[r.variant].row != r.layers))

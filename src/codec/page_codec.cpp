@@ -107,7 +107,8 @@ void write_token(std::span<uint8_t> page, const PageLayout& L, int token, std::s
   require(k.size() == n && v.size() == n, "write_token: K/V rows have " + std::to_string(k.size()) + "/" +
                                               std::to_string(v.size()) + " floats, expected " +
                                               std::to_string(n));
-  require(L.format() != PageFormat::kTq3, "write_token: TQ3 pages are sealed and made by conversion");
+  require(format_spec(L.format()).appendable,
+          std::string("write_token: ") + to_string(L.format()) + " pages are sealed and made by conversion");
   for (int h = 0; h < g.kv_heads; ++h) {
     encode_vec(page.data(), L, L.k_codes(h, token), L.k_meta(h, token), k.data() + h * g.head_dim, stats);
     encode_vec(page.data(), L, L.v_codes(h, token), L.v_meta(h, token), v.data() + h * g.head_dim, stats);
@@ -123,7 +124,7 @@ void read_token_head(std::span<const uint8_t> page, const PageLayout& L, int tok
   require(k_out.size() == static_cast<size_t>(g.head_dim) && v_out.size() == k_out.size(),
           "read_token_head: output spans must hold head_dim floats");
   const Rotation* rot = nullptr;
-  if (L.format() == PageFormat::kTq3) {
+  if (format_spec(L.format()).rotated) {
     check_rotations(rotations, L, "read_token_head");
     rot = &rotations[head];
   }

@@ -1,18 +1,26 @@
 #include "minimakv/codec/page_layout.h"
 
 #include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "minimakv/codec/rotation.h"
 
 namespace minimakv::codec {
 
 const char* to_string(PageFormat f) {
-  switch (f) {
-    case PageFormat::kBf16: return "bf16";
-    case PageFormat::kFp8: return "fp8";
-    case PageFormat::kTq3: return "tq3";
+  const auto i = static_cast<size_t>(f);
+  return i < kPageFormats.size() ? kPageFormats[i].name : "?";
+}
+
+PageFormat parse_page_format(std::string_view name) {
+  std::string choices;
+  for (const PageFormatSpec& s : all_page_formats()) {
+    if (name == s.name) return s.format;
+    choices += (choices.empty() ? "" : ", ") + std::string(s.name);
   }
-  return "?";
+  throw std::invalid_argument("unknown page format '" + std::string(name) + "' (choose " + choices + ")");
 }
 
 PageLayout::PageLayout(PageFormat format, PageGeometry geo) : format_(format), geo_(geo) {
@@ -25,13 +33,9 @@ PageLayout::PageLayout(PageFormat format, PageGeometry geo) : format_(format), g
     throw std::invalid_argument("PageLayout: kv_heads " + std::to_string(geo.kv_heads) + " outside [1, " +
                                 std::to_string(kMaxKvHeads) + "]");
   }
-  const size_t d = static_cast<size_t>(geo.head_dim);
-  switch (format) {
-    case PageFormat::kBf16: row_ = 2 * d; meta_ = 0; break;
-    case PageFormat::kFp8: row_ = d; meta_ = 4; break;
-    case PageFormat::kTq3: row_ = 3 * d / 8; meta_ = 2; break;
-    default: throw std::invalid_argument("PageLayout: unknown page format");
-  }
+  if (static_cast<size_t>(format) >= kPageFormats.size()) throw std::invalid_argument("PageLayout: unknown page format");
+  row_ = format_row_bytes(format, geo.head_dim);
+  meta_ = static_cast<size_t>(format_spec(format).meta_bytes);
   const size_t B = static_cast<size_t>(geo.tokens_per_page);
   const size_t H = static_cast<size_t>(geo.kv_heads);
   code_stride_ = align_up(B * row_, kPageAlignment);
@@ -40,6 +44,17 @@ PageLayout::PageLayout(PageFormat format, PageGeometry geo) : format_(format), g
   k_meta_off_ = 2 * H * code_stride_;
   v_meta_off_ = k_meta_off_ + H * meta_stride_;
   total_ = v_meta_off_ + H * meta_stride_;
+}
+
+namespace {
+template <size_t... I>
+std::array<PageLayout, kNumPageFormats> layouts_of(PageGeometry geo, std::index_sequence<I...>) {
+  return {PageLayout(kPageFormats[I].format, geo)...};
+}
+}  // namespace
+
+std::array<PageLayout, kNumPageFormats> page_layouts(PageGeometry geo) {
+  return layouts_of(geo, std::make_index_sequence<kNumPageFormats>{});
 }
 
 ByteBreakdown PageLayout::breakdown() const {

@@ -70,13 +70,20 @@ void set_attend_params(AttendParams& p, const PoolViews& pools, const DecodeShap
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The format table's properties as compile-time constants device code may use (format_spec itself is
+// host code).
+template <codec::PageFormat F>
+inline constexpr bool kRotatedFormat = codec::format_spec(F).rotated;
+template <codec::PageFormat F>
+inline constexpr bool kTensorCoreDecode = codec::format_spec(F).tensor_core_decode;
+
 // Per-vector metadata of one (token, head) row: FP8 rows carry an fp32 scale, TQ3 rows an fp16 norm,
 // BF16 rows nothing (scale 1).
-template <int F>
+template <codec::PageFormat F>
 __device__ inline float load_meta(const uint8_t* p) {
-  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+  if constexpr (F == codec::PageFormat::kBf16) {
     return 1.0f;
-  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+  } else if constexpr (F == codec::PageFormat::kFp8) {
     return *reinterpret_cast<const float*>(p);
   } else {
     return __half2float(__half(__half_raw{*reinterpret_cast<const uint16_t*>(p)}));

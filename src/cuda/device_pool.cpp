@@ -25,8 +25,7 @@ DevicePagePool::DevicePagePool(codec::PageGeometry g, size_t capacity_pages)
     : DevicePagePool(g, {capacity_pages, capacity_pages, capacity_pages}) {}
 
 DevicePagePool::DevicePagePool(codec::PageGeometry g, std::array<size_t, codec::kNumPageFormats> capacity_pages)
-    : layouts_{codec::PageLayout(codec::PageFormat::kBf16, g), codec::PageLayout(codec::PageFormat::kFp8, g),
-               codec::PageLayout(codec::PageFormat::kTq3, g)},
+    : layouts_(codec::page_layouts(g)),
       capacity_(capacity_pages) {
   size_t usable = 0;
   for (size_t c : capacity_pages) usable += c > 1 ? c : 0;

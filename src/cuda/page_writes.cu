@@ -226,8 +226,9 @@ void validate(const PoolViews& pools, const codec::PageGeometry& g, int src, int
 
 void append_tokens(const PoolViews& pools, codec::PageFormat format, const codec::PageGeometry& geo, const float* k,
                    const float* v, const AppendSlot* slots, int n_tokens, cudaStream_t stream) {
-  if (format == codec::PageFormat::kTq3)
-    throw std::invalid_argument("append_tokens: TQ3 pages are sealed; they are made by conversion");
+  if (!codec::format_spec(format).appendable)
+    throw std::invalid_argument(std::string("append_tokens: ") + codec::to_string(format) +
+                                " pages are sealed; they are made by conversion");
   validate(pools, geo, -1, static_cast<int>(format), "append_tokens");
   if (n_tokens <= 0) return;
   const int vecs = n_tokens * geo.kv_heads * 2;

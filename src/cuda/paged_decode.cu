@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -52,9 +53,9 @@ __device__ inline void dot_chunk(const float* qs, int D, int c, const float (&x)
 // packed. On the tensor-core path lanes (g, t) read 4 bytes at 16 ks + 4 t of K rows g and g + 8 (FP8),
 // which the same K stride keeps on 32 banks, and word 8 k + g of V rows t + 4 j, for which FP8 V rows
 // are padded by kVPad = 32 bytes (a stride of 8 mod 32 words).
-template <int F, int D, int kVPad = 0>
+template <codec::PageFormat F, int D, int kVPad = 0>
 struct TileGeom {
-  static constexpr int kRow = F == 0 ? 2 * D : F == 1 ? D : 3 * D / 8;
+  static constexpr int kRow = static_cast<int>(codec::format_row_bytes(F, D));
   static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
   static constexpr int kKStride = (kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece;
   static constexpr int kVStride = kRow + kVPad;
@@ -199,7 +200,7 @@ __device__ inline int first_tile(const PlanSplit& sp, int t_end, int warp, int& 
   return sp.tok_begin + first * kTile;
 }
 
-constexpr int kBf16 = static_cast<int>(codec::PageFormat::kBf16);
+constexpr codec::PageFormat kBf16 = codec::PageFormat::kBf16;
 
 // Dynamic shared memory of the BF16 split body: [qs | ps | red_m | red_l | stage or red_acc].
 template <int D, int GM>
@@ -221,7 +222,7 @@ struct SplitSmem {
 // elements.
 template <int D, int GM>
 __device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split, uint8_t* smem) {
-  constexpr int F = kBf16;
+  constexpr codec::PageFormat F = kBf16;
   using SM = SplitSmem<D, GM>;
   using TG = TileGeom<F, D>;
   constexpr int E = D / 32;
@@ -240,8 +241,8 @@ __device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split
   const float qscale = p.scale * kLog2e;
   for (int i = threadIdx.x; i < GM * D; i += kThreads) qs[i] = i / D < G ? p.q[qbase + i] * qscale : 0.0f;
   __syncthreads();
-  const DeviceLayout L = p.pools.layout[F];
-  const uint8_t* base = p.pools.base[F];
+  const DeviceLayout L = p.pools.layout[codec::format_index(F)];
+  const uint8_t* base = p.pools.base[codec::format_index(F)];
   const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
   float m[GM], lsum[GM], acc[GM][E];
 #pragma unroll
@@ -351,11 +352,11 @@ __device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split
 
 constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA group fits
 
-template <int F, int D>
-using MmaTileGeom = TileGeom<F, D, F == static_cast<int>(codec::PageFormat::kFp8) ? 32 : 0>;
+template <codec::PageFormat F, int D>
+using MmaTileGeom = TileGeom<F, D, F == codec::PageFormat::kFp8 ? 32 : 0>;
 
 // Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | stage or red_acc].
-template <int F, int D>
+template <codec::PageFormat F, int D>
 struct MmaSmem {
   static constexpr size_t kQf = 0;  // uint4 [D / 16][32]: per k-step and lane {hi01, hi23, lo01, lo23}
   static constexpr size_t kPs = kQf + sizeof(uint4) * (D / 16) * 32;
@@ -370,9 +371,9 @@ struct MmaSmem {
 
 // The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8: 16 ks + 4 t.
 // TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits), four per step.
-template <int F>
+template <codec::PageFormat F>
 __device__ inline int qk_dim(int ks, int t) {
-  if constexpr (F == static_cast<int>(codec::PageFormat::kFp8))
+  if constexpr (F == codec::PageFormat::kFp8)
     return 16 * ks + 4 * t;
   else
     return 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
@@ -395,11 +396,11 @@ __device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
   return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
 }
 
-template <int F, int D>
+template <codec::PageFormat F, int D>
 __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split, uint8_t* smem) {
   using SM = MmaSmem<F, D>;
   using TG = MmaTileGeom<F, D>;
-  constexpr bool kTq3 = F == static_cast<int>(codec::PageFormat::kTq3);
+  constexpr bool kTq3 = F == codec::PageFormat::kTq3;
   constexpr int MB = D / 16;  // QK k-steps; PV output row blocks
   auto* qf = reinterpret_cast<uint4*>(smem + SM::kQf);
   auto* ps = reinterpret_cast<float(*)[kTile][kMmaCols]>(smem + SM::kPs);
@@ -434,8 +435,8 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
     }
   }
   __syncthreads();
-  const DeviceLayout L = p.pools.layout[F];
-  const uint8_t* base = p.pools.base[F];
+  const DeviceLayout L = p.pools.layout[codec::format_index(F)];
+  const uint8_t* base = p.pools.base[codec::format_index(F)];
   const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
   // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
@@ -712,7 +713,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(StepParams p) {
       }
     }
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) (f == static_cast<int>(codec::PageFormat::kTq3) ? rot : plain)[j] += acc[j];
+    for (int j = 0; j < kPer; ++j) ((codec::kRotatedFormats >> f) & 1u ? rot : plain)[j] += acc[j];
   }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
@@ -769,36 +770,35 @@ __global__ void decode_page_score_kernel(StepParams p) {
 }
 
 // FP8 and TQ3 splits run on tensor cores (attend_split_mma, one instance for every group size); BF16
-// splits, the dense baseline, on the FMA path.
-template <int F>
-constexpr bool kOnTensorCores = F != static_cast<int>(codec::PageFormat::kBf16);
+// splits, the dense baseline, on the FMA path: the table's tensor_core_decode (kTensorCoreDecode).
 
 // CTAs per SM the register budget is sized for: 3, except FP8 at head_dim 256, whose staged tiles
 // allow only 2 per SM anyway (and which would spill under the budget of 3).
-template <int F, int D>
-constexpr int kMinBlocks = F == static_cast<int>(codec::PageFormat::kFp8) && D == 256 ? 2 : 3;
+template <codec::PageFormat F, int D>
+constexpr int kMinBlocks = F == codec::PageFormat::kFp8 && D == 256 ? 2 : 3;
 
 // One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
 // format per CTA measured slower on an H200 (it takes the register budget of the heaviest path, the
 // TQ3 one, for every CTA) and saved no time per layer.
-template <int F, int D, int GM>
+template <codec::PageFormat F, int D, int GM>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kernel(StepParams p) {
   const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
   const int batch = plan_batch(p.plan);
-  const int first = offs[F * (batch + 1)], count = offs[F * (batch + 1) + batch] - first;
+  constexpr int fi = codec::format_index(F);
+  const int first = offs[fi * (batch + 1)], count = offs[fi * (batch + 1) + batch] - first;
   if (static_cast<int>(blockIdx.x) >= count) return;
   extern __shared__ __align__(16) uint8_t smem[];
-  if constexpr (kOnTensorCores<F>)
+  if constexpr (kTensorCoreDecode<F>)
     attend_split_mma<F, D>(p, first + static_cast<int>(blockIdx.x), smem);
   else
     attend_split_bf16<D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
 }
 
-template <int F, int D, int GM>
+template <codec::PageFormat F, int D, int GM>
 void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
   if (max_splits == 0) return;
   constexpr size_t bytes = [] {
-    if constexpr (kOnTensorCores<F>)
+    if constexpr (kTensorCoreDecode<F>)
       return MmaSmem<F, D>::kBytes;
     else
       return SplitSmem<D, GM>::kBytes;
@@ -814,10 +814,11 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
 }
 
 template <int D, int GM>
-void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStream_t exact_st, cudaStream_t tq3_st) {
-  launch_format<0, D, GM>(p, splits[0], exact_st);
-  launch_format<1, D, kMmaCols>(p, splits[1], exact_st);
-  launch_format<2, D, kMmaCols>(p, splits[2], tq3_st);
+void launch_split(const StepParams& p, const std::array<int, codec::kNumPageFormats>& splits, cudaStream_t exact_st, cudaStream_t tq3_st) {
+  using codec::PageFormat;
+  launch_format<PageFormat::kBf16, D, GM>(p, splits[codec::format_index(PageFormat::kBf16)], exact_st);
+  launch_format<PageFormat::kFp8, D, kMmaCols>(p, splits[codec::format_index(PageFormat::kFp8)], exact_st);
+  launch_format<PageFormat::kTq3, D, kMmaCols>(p, splits[codec::format_index(PageFormat::kTq3)], tq3_st);
 }
 
 // Grids: `batch` rows for the rotation (steps that read TQ3) and the merge, splits[f] CTAs (per KV head)
@@ -826,9 +827,11 @@ void launch_split(const StepParams& p, const std::array<int, 3>& splits, cudaStr
 // stream beside the rotation and the TQ3 launch: a minima step has a handful of FP8 splits (sink,
 // Recent, Anchors), which in stream order would add a whole kernel's latency to every layer.
 template <int D>
-void launch_all(const StepParams& p, int batch, const std::array<int, 3>& splits, cudaStream_t st,
+void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNumPageFormats>& splits, cudaStream_t st,
                 const ForkJoin& side) {
-  const bool tq3 = splits[2] > 0, exact = splits[0] > 0 || splits[1] > 0;
+  // Rotated splits (TQ3) read the rotated queries; the others (exact BF16, FP8) the plain ones.
+  bool tq3 = false, exact = false;
+  for (int f = 0; f < codec::kNumPageFormats; ++f) ((codec::kRotatedFormats >> f) & 1u ? tq3 : exact) |= splits[f] > 0;
   const cudaStream_t exact_st = tq3 && exact ? side.fork(st) : st;
   if (tq3) rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
   if (p.group == 1)
@@ -1037,7 +1040,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
     const size_t parts[3][2] = {
         {0, off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (staged_batch_ + 1)},
         {off_split_,
-         sizeof(PlanSplit) * static_cast<size_t>(staged_splits_[0] + staged_splits_[1] + staged_splits_[2])},
+         sizeof(PlanSplit) * static_cast<size_t>(std::accumulate(staged_splits_.begin(), staged_splits_.end(), 0))},
         {off_entry_, sizeof(PlanEntry) * static_cast<size_t>(staged_entries_)}};
     for (const auto& [off, n] : parts)
       if (n)
@@ -1049,7 +1052,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cu
   }
   const int batch = exact ? staged_batch_ : max_batch_;
   // At capacity, a format without a pool cannot be in any plan (stage() refuses it): no launch for it.
-  std::array<int, 3> splits = staged_splits_;
+  std::array<int, codec::kNumPageFormats> splits = staged_splits_;
   if (!exact)
     for (int f = 0; f < codec::kNumPageFormats; ++f) splits[f] = pools.base[f] ? max_splits_ : 0;
   StepParams p{};

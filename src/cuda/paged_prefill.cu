@@ -55,9 +55,9 @@ struct PrefillSmem {
 };
 
 // Eight consecutive elements of one K or V row, decoded to fp16 (before the row's scale).
-template <int F>
+template <codec::PageFormat F>
 __device__ inline void decode8(const uint8_t* row, int c, const float* levels, __half (&x)[8]) {
-  if constexpr (F == static_cast<int>(codec::PageFormat::kBf16)) {
+  if constexpr (F == codec::PageFormat::kBf16) {
     const uint4 w = *reinterpret_cast<const uint4*>(row + 2 * c);
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -65,7 +65,7 @@ __device__ inline void decode8(const uint8_t* row, int c, const float* levels, _
       x[2 * i] = __float2half_rn(__uint_as_float(ws[i] << 16));
       x[2 * i + 1] = __float2half_rn(__uint_as_float(ws[i] & 0xffff0000u));
     }
-  } else if constexpr (F == static_cast<int>(codec::PageFormat::kFp8)) {
+  } else if constexpr (F == codec::PageFormat::kFp8) {
     const uint2 w = *reinterpret_cast<const uint2*>(row + c);
     const uint32_t ws[2] = {w.x, w.y};
 #pragma unroll
@@ -87,7 +87,7 @@ __device__ inline void decode8(const uint8_t* row, int c, const float* levels, _
 
 // One CTA: query tile x key split of format F, one KV head. Each warp owns 16 mma rows (row r = token
 // r / G of the tile, query head r % G of the group).
-template <int F, int D>
+template <codec::PageFormat F, int D>
 __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* smem) {
   using SM = PrefillSmem<D>;
   constexpr int QS = SM::kQStride, VS = SM::kVStride;
@@ -116,7 +116,7 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
   // The query tile, pre-scaled so that logits come out in base 2, as hi + lo fp16 terms: two MMAs per
   // K fragment give the logits to about fp32 accuracy (K codes are exact in fp16), so page scores and
   // the softmax do not inherit fp16 rounding.
-  const float* qsrc = F == static_cast<int>(codec::PageFormat::kTq3) ? p.q_rot : p.q;
+  const float* qsrc = kRotatedFormat<F> ? p.q_rot : p.q;
   const float qscale = p.scale * kLog2e;
   const int tile_rows = min(TQ, sq.n - wk.tile_token);
   for (int i = threadIdx.x; i < kRows * (D / 2); i += kThreads) {
@@ -144,8 +144,8 @@ __device__ void prefill_split(const PrefillParams& p, int w, int h, uint8_t* sme
   }
   const int max_pos = sq.first + wk.tile_token + tile_rows - 1;
 
-  const DeviceLayout L = p.pools.layout[F];
-  const uint8_t* base = p.pools.base[F];
+  const DeviceLayout L = p.pools.layout[codec::format_index(F)];
+  const uint8_t* base = p.pools.base[codec::format_index(F)];
   const int n_entries = sp.entry_end - sp.entry_begin;
   const int span = sp.tok_end - sp.tok_begin;
   // Key slots: an entry of >= kKeys tokens takes whole tiles; smaller entries pack several per tile.
@@ -366,14 +366,14 @@ __global__ void __launch_bounds__(kThreads) prefill_split_kernel(PrefillParams p
   const auto* splits = reinterpret_cast<const PrefillSplitRec*>(p.plan + p.off_split);
   const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
   switch (splits[works[w].split].format) {
-    case 0:
-      prefill_split<0, D>(p, w, h, smem);
+    case codec::format_index(codec::PageFormat::kBf16):
+      prefill_split<codec::PageFormat::kBf16, D>(p, w, h, smem);
       break;
-    case 1:
-      prefill_split<1, D>(p, w, h, smem);
+    case codec::format_index(codec::PageFormat::kFp8):
+      prefill_split<codec::PageFormat::kFp8, D>(p, w, h, smem);
       break;
     default:
-      prefill_split<2, D>(p, w, h, smem);
+      prefill_split<codec::PageFormat::kTq3, D>(p, w, h, smem);
       break;
   }
 }

@@ -34,14 +34,14 @@ PageCounts KvBudget::settled(size_t tokens) const {
   PageCounts c{};
   const size_t n = ceil_div(tokens, page_);
   if (!cache::retiers(kv_.mode)) {
-    c[idx(kv_.mode == cache::KvMode::kBf16 ? codec::PageFormat::kBf16 : codec::PageFormat::kFp8)] = n * layers_;
+    c[idx(cache::append_format(kv_.mode))] = n * layers_;
     return c;
   }
   const auto& ctl = kv_.controller;
   const size_t keep =
       std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + (ctl.scoring ? ctl.anchor_budget : 0));
-  c[idx(codec::PageFormat::kFp8)] = keep * (layers_ - protected_) + n * protected_;
-  c[idx(codec::PageFormat::kTq3)] = (n - keep) * (layers_ - protected_);
+  c[idx(cache::append_format(kv_.mode))] = keep * (layers_ - protected_) + n * protected_;
+  c[idx(cache::storage_format(kv_.mode, cache::Tier::kStale, false))] = (n - keep) * (layers_ - protected_);
   return c;
 }
 
@@ -56,8 +56,8 @@ PageCounts KvBudget::peak(size_t tokens) const {
                           ? n
                           : std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + ctl.anchor_budget +
                                                     ceil_div(between, page_) + 1);
-  c[idx(codec::PageFormat::kFp8)] = keep * (layers_ - protected_) + n * protected_;
-  c[idx(codec::PageFormat::kTq3)] = (n > 0 ? n - 1 : 0) * (layers_ - protected_);
+  c[idx(cache::append_format(kv_.mode))] = keep * (layers_ - protected_) + n * protected_;
+  c[idx(cache::storage_format(kv_.mode, cache::Tier::kStale, false))] = (n > 0 ? n - 1 : 0) * (layers_ - protected_);
   return c;
 }
 
@@ -87,9 +87,11 @@ cache::StoreConfig KvBudget::pools_for_requests(std::span<const size_t> tokens) 
   cache::StoreConfig s = base();
   for (const size_t t : tokens) {
     const PageCounts p = peak(t);
-    s.bf16_pages += p[idx(codec::PageFormat::kBf16)] ? p[idx(codec::PageFormat::kBf16)] + layers_ : 0;
-    s.fp8_pages += p[idx(codec::PageFormat::kFp8)] ? p[idx(codec::PageFormat::kFp8)] + layers_ : 0;
-    s.tq3_pages += p[idx(codec::PageFormat::kTq3)];
+    // Appendable formats get one more page per layer: the page a decode step opens past the peak.
+    for (const codec::PageFormatSpec& f : codec::all_page_formats()) {
+      const size_t n = p[idx(f.format)];
+      s.pages_of(f.format) += n && f.appendable ? n + layers_ : n;
+    }
   }
   return s;
 }
@@ -103,35 +105,40 @@ cache::StoreConfig KvBudget::pools_for_memory(size_t envelope, size_t reference_
                                 std::to_string(reference_tokens) + " tokens (" + describe(one) + ")");
   };
   if (!cache::retiers(kv_.mode)) {
-    const auto f = kv_.mode == cache::KvMode::kBf16 ? codec::PageFormat::kBf16 : codec::PageFormat::kFp8;
+    const auto f = cache::append_format(kv_.mode);
     const size_t pages = envelope / page_bytes(f);
     if (pages < one[idx(f)]) too_small();
-    (f == codec::PageFormat::kBf16 ? s.bf16_pages : s.fp8_pages) = pages;
+    s.pages_of(f) = pages;
     return s;
   }
-  const size_t b8 = page_bytes(codec::PageFormat::kFp8), b3 = page_bytes(codec::PageFormat::kTq3);
+  // The append format (FP8) and the Stale format (TQ3) share the envelope.
+  const codec::PageFormat hi = cache::append_format(kv_.mode),
+                          lo = cache::storage_format(kv_.mode, cache::Tier::kStale, false);
+  const size_t b8 = page_bytes(hi), b3 = page_bytes(lo);
   const size_t head = step_headroom(step_tokens);
   if (envelope < head * b8) too_small();
   PageCounts req = settled(reference_tokens);
   // decode drift: the tokens written between two checkpoints stay FP8 until the next one
   const size_t drift =
-      std::min(req[idx(codec::PageFormat::kTq3)] / std::max<size_t>(1, layers_ - protected_),
+      std::min(req[idx(lo)] / std::max<size_t>(1, layers_ - protected_),
                ceil_div(static_cast<size_t>(kv_.checkpoint_interval), page_)) *
       (layers_ - protected_);
-  req[idx(codec::PageFormat::kFp8)] += drift;
-  req[idx(codec::PageFormat::kTq3)] -= drift;
-  const double f8 = static_cast<double>(req[idx(codec::PageFormat::kFp8)] * b8);
-  const double t3 = static_cast<double>(req[idx(codec::PageFormat::kTq3)] * b3);
+  req[idx(hi)] += drift;
+  req[idx(lo)] -= drift;
+  const double f8 = static_cast<double>(req[idx(hi)] * b8);
+  const double t3 = static_cast<double>(req[idx(lo)] * b3);
   const double rest = static_cast<double>(envelope - head * b8);
-  const size_t need8 = one[idx(codec::PageFormat::kFp8)], need3 = one[idx(codec::PageFormat::kTq3)];
-  s.fp8_pages = std::max(need8, head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + t3)) / b8);
-  if (s.fp8_pages * b8 > envelope) too_small();
-  s.tq3_pages = (envelope - s.fp8_pages * b8) / b3;
-  if (s.tq3_pages < need3 && need3 * b3 <= envelope) {  // short requests settle all-FP8; still hold one's peak
-    s.tq3_pages = need3;
-    s.fp8_pages = (envelope - need3 * b3) / b8;
+  const size_t need8 = one[idx(hi)], need3 = one[idx(lo)];
+  size_t& fp8_pages = s.pages_of(hi);
+  size_t& tq3_pages = s.pages_of(lo);
+  fp8_pages = std::max(need8, head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + t3)) / b8);
+  if (fp8_pages * b8 > envelope) too_small();
+  tq3_pages = (envelope - fp8_pages * b8) / b3;
+  if (tq3_pages < need3 && need3 * b3 <= envelope) {  // short requests settle all-FP8; still hold one's peak
+    tq3_pages = need3;
+    fp8_pages = (envelope - need3 * b3) / b8;
   }
-  if (s.fp8_pages < one[idx(codec::PageFormat::kFp8)] || s.tq3_pages < one[idx(codec::PageFormat::kTq3)]) too_small();
+  if (fp8_pages < need8 || tq3_pages < need3) too_small();
   return s;
 }
 

@@ -104,8 +104,8 @@ cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode
   s.tokens_per_page = tokens_per_page;
   s.mode = mode;
   const size_t pages = (max_tokens / static_cast<size_t>(tokens_per_page) + 2) * static_cast<size_t>(s.layers);
-  (mode == cache::KvMode::kBf16 ? s.bf16_pages : s.fp8_pages) = pages;
-  if (cache::retiers(mode)) s.tq3_pages = pages;
+  s.pages_of(cache::append_format(mode)) = pages;
+  if (cache::retiers(mode)) s.pages_of(cache::storage_format(mode, cache::Tier::kStale, false)) = pages;
   return s;
 }
 

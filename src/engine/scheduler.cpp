@@ -149,7 +149,7 @@ bool Scheduler::fits(const Live& r) const {
     const PageCounts to = budget_.settled(x->tokens.size()), from = budget_.settled(x->fed);
     for (size_t f = 0; f < need.size(); ++f) need[f] += to[f] - from[f];
   }
-  need[static_cast<size_t>(codec::PageFormat::kFp8)] += budget_.step_headroom(opt_.max_step_tokens);
+  need[static_cast<size_t>(store_->append_format())] += budget_.step_headroom(opt_.max_step_tokens);
   for (size_t f = 0; f < need.size(); ++f) {
     if (!need[f]) continue;
     const auto pf = static_cast<codec::PageFormat>(f);

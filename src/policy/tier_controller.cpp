@@ -71,9 +71,10 @@ std::vector<KvStore::Transition> TierController::plan_with(const KvStore& store,
 
 std::vector<KvStore::Transition> TierController::plan(const KvStore& store, std::span<const cache::SeqId> seqs,
                                                       PlanStats* stats) const {
-  // Shrink budgets while the promotions of the plan would not fit in the free FP8 pages.
+  // Shrink budgets while the promotions of the plan would not fit in the free pages of the append
+  // format (FP8), which promoted pages return to.
   uint32_t window = std::max<uint32_t>(1, cfg_.recent_window), anchors = cfg_.anchor_budget;
-  const size_t free_fp8 = store.pool(cache::PageFormat::kFp8).free_pages();
+  const size_t free_fp8 = store.pool(store.append_format()).free_pages();
   size_t need = 0;
   auto p = plan_with(store, seqs, window, anchors, &need);
   while (need > free_fp8 && (anchors > 0 || window > 1)) {

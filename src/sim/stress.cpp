@@ -65,7 +65,7 @@ class Sim {
       ref_.clear();
       store_.evict_cached(static_cast<size_t>(-1));
       store_.check_invariants();
-      for (auto f : {PageFormat::kBf16, PageFormat::kFp8, PageFormat::kTq3}) res_.leaked_pages += store_.pool(f).used_pages();
+      for (const codec::PageFormatSpec& f : codec::all_page_formats()) res_.leaked_pages += store_.pool(f.format).used_pages();
     } catch (const std::exception& e) {
       res_.failure = "after " + std::to_string(res_.ops) + " operations (seed " + std::to_string(opt_.seed) +
                      "), in operation '" + last_op_ + "': " + e.what();
@@ -82,9 +82,8 @@ class Sim {
     c.tokens_per_page = 4;
     c.mode = o.mode;
     c.protected_layers = {0};
-    c.fp8_pages = o.mode == KvMode::kBf16 ? 0 : o.fp8_pages;
-    c.bf16_pages = o.mode == KvMode::kBf16 ? o.fp8_pages : 0;
-    c.tq3_pages = o.tq3_pages;
+    c.pages_of(cache::append_format(o.mode)) = o.fp8_pages;  // the append pool (FP8, or BF16 in bf16 mode)
+    c.pages_of(PageFormat::kTq3) = o.tq3_pages;
     return c;
   }
   static policy::TierController make_ctl() {

@@ -20,7 +20,7 @@ class MirrorStorage final : public PageStorage {
       : geo_{c.tokens_per_page, c.kv_heads, c.head_dim},
         layouts_{codec::PageLayout(PageFormat::kBf16, geo_), codec::PageLayout(PageFormat::kFp8, geo_),
                  codec::PageLayout(PageFormat::kTq3, geo_)} {
-    const size_t cap[3] = {c.bf16_pages, c.fp8_pages, c.tq3_pages};
+    const auto& cap = c.pages;
     for (int f = 0; f < 3; ++f) bytes_[f].assign((cap[f] + 1) * layouts_[f].bytes(), 0xA5);  // poisoned
     for (int l = 0; l < c.layers; ++l) {
       rot_.emplace_back();

@@ -17,6 +17,21 @@ std::array<uint32_t, 4> R(uint32_t req, uint32_t cache = 0, uint32_t reader = 0,
   return {req, cache, reader, conv};
 }
 
+// The tier-to-format rule, every case written out by hand (the paper's: Recent and Anchor pages and
+// protected layers FP8, Stale pages TQ3; the controls keep one format).
+TEST(StorageFormat, EveryModeTierAndLayerKind) {
+  for (const Tier t : {Tier::kRecent, Tier::kAnchor, Tier::kStale})
+    for (const bool prot : {false, true}) {
+      EXPECT_EQ(storage_format(KvMode::kBf16, t, prot), PageFormat::kBf16);
+      EXPECT_EQ(storage_format(KvMode::kFp8, t, prot), PageFormat::kFp8);
+      EXPECT_EQ(storage_format(KvMode::kMinima, t, prot),
+                t == Tier::kStale && !prot ? PageFormat::kTq3 : PageFormat::kFp8);
+    }
+  EXPECT_EQ(append_format(KvMode::kBf16), PageFormat::kBf16);
+  EXPECT_EQ(append_format(KvMode::kFp8), PageFormat::kFp8);
+  EXPECT_EQ(append_format(KvMode::kMinima), PageFormat::kFp8);
+}
+
 TEST(KvStore, AppendAllocatesPagesInOrderAndSealsFullOnes) {
   auto rng = testing::rng_for_test();
   KvStore st(small_config());

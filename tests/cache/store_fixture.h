@@ -14,9 +14,9 @@ inline cache::StoreConfig small_config(size_t fp8 = 16, size_t tq3 = 16, size_t 
   c.kv_heads = 1;
   c.head_dim = 64;
   c.tokens_per_page = 4;
-  c.fp8_pages = fp8;
-  c.tq3_pages = tq3;
-  c.bf16_pages = bf16;
+  c.pages_of(cache::PageFormat::kFp8) = fp8;
+  c.pages_of(cache::PageFormat::kTq3) = tq3;
+  c.pages_of(cache::PageFormat::kBf16) = bf16;
   return c;
 }
 

@@ -32,8 +32,32 @@ TEST(PageLayout, ExactBytesByHand) {
   EXPECT_EQ(odd.v_meta(1, 2), 4 * 80 + 2 * 16 + 16 + 4u);
 }
 
+// The format table against what each format's codec reads and writes: the round trips below decode
+// rows of exactly these sizes, so a table row that disagreed with its codec would fail them too.
+TEST(PageFormatTable, RowsDescribeTheCodecs) {
+  for (const PageFormatSpec& s : all_page_formats()) {
+    EXPECT_EQ(parse_page_format(s.name), s.format);
+    EXPECT_STREQ(to_string(s.format), s.name);
+    for (int d : {64, 128, 256}) {
+      const PageLayout L(s.format, {5, 3, d});
+      EXPECT_EQ(L.row_bytes(), static_cast<size_t>(s.code_bits) * d / 8) << s.name << " d=" << d;
+      EXPECT_EQ(L.meta_bytes(), static_cast<size_t>(s.meta_bytes)) << s.name;
+      EXPECT_EQ(page_layouts({5, 3, d})[static_cast<size_t>(s.format)].bytes(), L.bytes());
+    }
+    EXPECT_EQ(((kRotatedFormats >> static_cast<int>(s.format)) & 1u) != 0, s.rotated);
+  }
+  // The properties the rest of the system relies on, stated once by hand.
+  EXPECT_TRUE(format_spec(PageFormat::kBf16).exact);
+  EXPECT_FALSE(format_spec(PageFormat::kFp8).exact || format_spec(PageFormat::kTq3).exact);
+  EXPECT_TRUE(format_spec(PageFormat::kTq3).rotated && !format_spec(PageFormat::kTq3).appendable);
+  EXPECT_TRUE(format_spec(PageFormat::kFp8).appendable && !format_spec(PageFormat::kFp8).rotated);
+  EXPECT_THROW(parse_page_format("fp4"), std::invalid_argument);
+  EXPECT_THROW(parse_page_format(""), std::invalid_argument);
+}
+
 TEST(PageLayout, EverySectionStartsAligned) {
-  for (auto f : {PageFormat::kBf16, PageFormat::kFp8, PageFormat::kTq3}) {
+  for (const PageFormatSpec& spec : all_page_formats()) {
+    const PageFormat f = spec.format;
     for (int d : {64, 128, 256}) {
       for (int B : {1, 7, 16, 832, 1792}) {
         const PageLayout L(f, {B, 4, d});

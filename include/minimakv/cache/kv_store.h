@@ -53,9 +53,10 @@ struct StoreConfig {
   int kv_heads = 2;
   int head_dim = 64;
   int tokens_per_page = 16;
-  size_t bf16_pages = 0;  // capacity of each pool, in layer-pages
-  size_t fp8_pages = 0;
-  size_t tq3_pages = 0;
+  // Capacity of each format's pool, in layer-pages, indexed by format (pages_of for one by name).
+  std::array<size_t, codec::kNumPageFormats> pages{};
+  size_t& pages_of(PageFormat f) { return pages[static_cast<size_t>(f)]; }
+  size_t pages_of(PageFormat f) const { return pages[static_cast<size_t>(f)]; }
   // Most layer-pages of each format the prefix cache may hold (counted once per page).
   std::array<size_t, codec::kNumPageFormats> cache_quota{
       std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max()};
@@ -185,7 +186,7 @@ class KvStore {
   std::span<const codec::Rotation> rotations(int layer) const;
   bool is_protected(int layer) const { return protected_[layer]; }
   // Format of newly appended pages: BF16 in bf16 mode, else FP8.
-  PageFormat append_format() const { return cfg_.mode == KvMode::kBf16 ? PageFormat::kBf16 : PageFormat::kFp8; }
+  PageFormat append_format() const { return cache::append_format(cfg_.mode); }
 
   // ---- sequences
   SeqId create_sequence();

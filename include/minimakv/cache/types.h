@@ -41,6 +41,15 @@ KvMode parse_kv_mode(std::string_view name);
 // Whether the mode stores any page Stale (TQ3): only then do retier checkpoints and attention page
 // scores change anything, so callers run them only for such modes. The one place that rule lives.
 constexpr bool retiers(KvMode m) { return m == KvMode::kMinima; }
+// The format a page is appended in under the mode (also the format of every page of a mode that never
+// retiers, and of Recent/Anchor pages and protected layers under Minima).
+constexpr PageFormat append_format(KvMode m) { return m == KvMode::kBf16 ? PageFormat::kBf16 : PageFormat::kFp8; }
+// The format a layer-page of `tier` is stored in: the one rule that maps tiers to formats, read by the
+// store, the KV budget and the backends. Stale pages of unprotected layers take the compressed format
+// under a mode that retiers; everything else stays in the append format.
+constexpr PageFormat storage_format(KvMode m, Tier tier, bool protected_layer) {
+  return retiers(m) && tier == Tier::kStale && !protected_layer ? PageFormat::kTq3 : append_format(m);
+}
 
 struct PageEntry {
   PageFormat format = PageFormat::kFp8;

@@ -5,21 +5,20 @@
 // Layout of one layer-page (B tokens, H KV heads, head_dim d), sections in this order:
 //   K codes  [H][B][row]   V codes [H][B][row]   K meta [H][B]   V meta [H][B]
 // Each head's block inside a section starts on a 16-byte boundary (GPU 16-byte loads). Head-major
-// blocks make the tokens of one head contiguous, which is what a decode kernel reads.
-//   BF16: row = 2d bytes (bf16), no meta.   FP8: row = d bytes (E4M3), meta = fp32 scale.
-//   TQ3:  row = 3d/8 bytes (packed codes), meta = fp16 alpha.
+// blocks make the tokens of one head contiguous, which is what a decode kernel reads. Row and metadata
+// bytes per vector come from the format table (page_format.h): BF16 2d bytes and no meta, FP8 d bytes
+// (E4M3) and an fp32 scale, TQ3 3d/8 bytes (packed codes) and an fp16 alpha.
 // Invariant: bytes() == codes + metadata + padding, exactly.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace minimakv::codec {
+#include "minimakv/codec/page_format.h"
 
-enum class PageFormat : uint8_t { kBf16 = 0, kFp8 = 1, kTq3 = 2 };
-const char* to_string(PageFormat f);
-inline constexpr int kNumPageFormats = 3;
+namespace minimakv::codec {
 
 inline constexpr size_t kPageAlignment = 16;
 inline constexpr int kMaxTokensPerPage = 4096;
@@ -72,5 +71,8 @@ class PageLayout {
 };
 
 constexpr size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// One layout per format of the table, indexed by format.
+std::array<PageLayout, kNumPageFormats> page_layouts(PageGeometry geo);
 
 }  // namespace minimakv::codec
