@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "cuda_gemv.h"
 #include "cuda_ops.h"
 #include "cuda_page_storage.h"
 #include "cuda_step_graph.h"
@@ -211,6 +212,12 @@ class CudaBackend final : public Backend {
       if (replaying()) return;
       const HostProfile::Scope sc(profile_, "gemm enqueue");
       if (!reuse) cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
+      // One row (batch-1 decode): our GEMV (one launch, no split-K reduction; see cuda_gemv.h).
+      if (cuda_gemv::gemv_applies(n, in, bf16_x_.data(), w.raw())) {
+        cuda_gemv::gemv_bf16(reinterpret_cast<const uint16_t*>(bf16_x_.data()), in,
+                             static_cast<const uint16_t*>(w.raw()), out, y.data(), stream_->s);
+        return;
+      }
       check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.raw(), CUDA_R_16BF, in, bf16_x_.data(),
                               CUDA_R_16BF, in, &zero, y.data(), CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx (BF16)");

@@ -162,7 +162,10 @@ TEST(BackendOps, GemmsMatchFp64) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   Pair b(64);
-  for (auto [n, in, out] : {std::tuple{1, 64, 48}, {3, 512, 1000}, {17, 1024, 96}, {130, 256, 4100}}) {
+  // One row with in % 8 == 0 takes the backend's own BF16 GEMV (tails of out not a multiple of its 4 rows
+  // a block included); in % 8 != 0 and more rows take cuBLAS.
+  for (auto [n, in, out] : {std::tuple{1, 64, 48}, {1, 4096, 1026}, {1, 1032, 7}, {1, 60, 33}, {3, 512, 1000},
+                            {8, 4096, 1026}, {17, 1024, 96}, {130, 256, 4100}}) {
     const auto x = randn(rng, static_cast<size_t>(n) * in), w = randn(rng, static_cast<size_t>(out) * in, 0.05f);
     std::vector<uint16_t> wb(w.size());
     for (size_t i = 0; i < w.size(); ++i) wb[i] = codec::float_to_bf16(w[i]);
@@ -191,6 +194,32 @@ TEST(BackendOps, GemmsMatchFp64) {
           }
       }
     }
+  }
+}
+
+// Rows the register-row norm kernels do not take (dim not a multiple of 4, or wider than they hold)
+// go through the scalar kernels, still equal to the CPU within ulps and fused equal to unfused.
+TEST(BackendOps, NormsOfOddAndWideRows) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  for (int dim : {514, 8192, 9000}) {
+    const int rows = 3;
+    const auto x = randn(rng, static_cast<size_t>(rows) * dim, 3.0f), y = randn(rng, x.size()),
+               w = randn(rng, static_cast<size_t>(dim));
+    std::vector<float> got[2];
+    for (int d = 0; d < 2; ++d) {
+      Backend& be = d ? *b.gpu : *b.cpu;
+      const Tensor tw = be.upload(w);
+      Tensor x1 = be.upload(x), y1 = be.upload(y), h1 = poisoned(be, x.size());
+      be.add_rmsnorm(x1, &y1, h1, rows, dim, tw, 1e-6f);
+      Tensor x2 = be.upload(x), y2 = be.upload(y);
+      be.add(x2, y2);
+      be.rmsnorm(x2, rows, dim, tw, 1e-6f);
+      got[d] = down(be, h1);
+      EXPECT_EQ(got[d], down(be, x2)) << "dim " << dim << " on " << be.describe();
+    }
+    expect_close(got[1], got[0], 1e-5, "add_rmsnorm dim " + std::to_string(dim));
   }
 }
 

@@ -1,0 +1,23 @@
+// The CUDA backend's BF16 GEMV for single-row products: y[out] = W[out][in] x[in] with BF16 x and W,
+// fp32 products and accumulation, fp32 y (the batch-1 decode step's projections).
+//
+// Owns: the kernel and the rule for when it runs instead of cuBLAS (gemv_applies). Why it exists: for
+// one row cuBLAS picks split-K kernels plus a separate reduction launch (five reductions a decoder
+// layer), and its small projections (k, v) stay far from bandwidth; this kernel reads W once in one
+// launch. For 8 rows it measured slower than cuBLAS's tensor-core kernels (fp32 FMAs at one block per
+// SM), so batches keep cuBLAS (docs/benchmarks.md). Invariant: the sums run in a fixed order
+// (deterministic; graph replay equals eager launch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace minimakv::backend::cuda_gemv {
+
+// Whether the kernel takes the product: one row, in a multiple of 8, x and w 16-byte aligned.
+bool gemv_applies(int n, int in, const void* x, const void* w);
+// Queues the product on `s`; the caller checked gemv_applies.
+void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s);
+
+}  // namespace minimakv::backend::cuda_gemv
