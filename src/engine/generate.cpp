@@ -87,6 +87,7 @@ std::vector<GenerateResult> generate_batch(const Network& model, std::span<const
   so.max_running = prompts.size();
   so.max_step_tokens = std::max(static_cast<size_t>(opt.prefill_chunk), prompts.size());
   so.admission = Admission::kReserve;
+  so.prefill_first = true;
   Scheduler sched(model, so, budget.pools_for_requests(lengths));
   std::vector<std::optional<GenerateResult>> out(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -104,7 +105,13 @@ std::vector<GenerateResult> generate_batch(const Network& model, std::span<const
   }
   run_to_end(sched);
   std::vector<GenerateResult> res;
-  for (auto& r : out) res.push_back(std::move(*r));
+  for (auto& r : out) {
+    // The batch decodes together after every prompt is in: its decode time is that of its decode
+    // passes, not the wait for the other prompts' prefill.
+    r->decode_seconds = 0;
+    for (double s : r->step_seconds) r->decode_seconds += s;
+    res.push_back(std::move(*r));
+  }
   return res;
 }
 

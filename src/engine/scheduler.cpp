@@ -292,11 +292,18 @@ StepStats Scheduler::step() {
   std::vector<Item> items;
   size_t budget = opt_.max_step_tokens;
   const size_t chunk = static_cast<size_t>(opt_.kv.prefill_chunk);
+  // A one-token row feeds either a generated token (a decode row) or the last token of a prompt.
+  const auto decoding = [](const Live* r) { return r->tokens.size() - r->fed == 1 && r->fed >= r->prompt_len; };
+  bool hold_decode = false;
+  if (opt_.prefill_first) {
+    for (const Live* r : running_) hold_decode |= !decoding(r);
+    hold_decode |= !waiting_.empty() && fits(*waiting_.front());
+  }
   for (Live* r : running_)
-    if (r->tokens.size() - r->fed == 1) {
+    if (r->tokens.size() - r->fed == 1 && !(hold_decode && decoding(r))) {
       items.push_back({r, r->fed, 1});
       --budget;
-      ++st.decode_rows;
+      ++(decoding(r) ? st.decode_rows : st.prompt_tokens);
     }
   auto take_prompt = [&](Live* r) {
     const size_t n = std::min({chunk, r->tokens.size() - r->fed, budget});
@@ -401,7 +408,7 @@ StepStats Scheduler::step() {
   for (const Item& it : items) {  // requests preempted by a checkpoint are no longer here
     Live& r = *it.r;
     if (r.fed != r.tokens.size()) continue;  // mid-prompt
-    if (it.n == 1 && it.begin >= r.prompt_len) r.sum.step_seconds.push_back(pass_seconds);
+    if (it.n == 1 && it.begin >= r.prompt_len && st.prompt_tokens == 0) r.sum.step_seconds.push_back(pass_seconds);
     sample(r, std::span<const float>(logits).subspan(it.row * V, V), st);
   }
   st.sample_seconds = seconds_since(s0);

@@ -245,6 +245,64 @@ TEST(Scheduler, PreemptionByRecomputeResumesExactly) {
   }
 }
 
+// prefill_first (the offline batch): no pass mixes decode rows with prompt chunks, every prompt is in
+// before the first decode pass, every decode pass carries the whole running batch, and each request
+// still produces its solo tokens.
+TEST(Scheduler, PrefillFirstDecodesTheWholeBatchInPureDecodePasses) {
+  const TokenHashNetwork net(2, 40);
+  auto rng = testing::rng_for_test();
+  MINIMAKV_SEED_TRACE();
+  for (const auto mode : {cache::KvMode::kBf16, cache::KvMode::kMinima}) {
+    SCOPED_TRACE(cache::to_string(mode));
+    KvOptions kv;
+    kv.mode = mode;
+    kv.tokens_per_page = 4;
+    kv.prefill_chunk = 8;
+    kv.checkpoint_interval = 4;
+    kv.controller.recent_window = 2;
+    SchedulerOptions so;
+    so.kv = kv;
+    so.max_running = 5;
+    so.max_step_tokens = 8;
+    so.admission = Admission::kReserve;
+    so.prefill_first = true;
+    SamplingParams sp;
+    sp.max_new_tokens = 12;
+    sp.stop_ids = {-1};
+    std::vector<std::vector<int32_t>> prompts(5);
+    std::vector<size_t> lengths;
+    for (auto& p : prompts) {
+      p.resize(5 + rng() % 30);
+      for (auto& t : p) t = static_cast<int32_t>(rng() % 39);
+      lengths.push_back(p.size() + 12);
+    }
+    Scheduler s(net, so, KvBudget(net.config(), kv).pools_for_requests(lengths));
+    std::vector<Outcome> out(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) s.add_request(make_request(prompts[i], sp, &out[i]));
+    bool decoding = false;
+    size_t decode_passes = 0;
+    while (!s.idle()) {
+      const size_t running = s.counters().running;
+      const StepStats st = s.step();
+      EXPECT_FALSE(st.decode_rows > 0 && st.prompt_tokens > 0) << "a pass mixed decode rows and prompt chunks";
+      if (st.decode_rows > 0) {
+        decoding = true;
+        ++decode_passes;
+        EXPECT_EQ(st.decode_rows, running) << "a decode pass left a running request out";
+      } else {
+        EXPECT_FALSE(decoding && st.prompt_tokens > 0) << "prefill after decoding began";
+      }
+      expect_consistent(s);
+    }
+    EXPECT_EQ(decode_passes, 11u);  // tokens 2..12 of every request, together
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(out[i].sum.tokens, solo(net, kv, prompts[i], sp).sum.tokens);
+      EXPECT_EQ(out[i].sum.step_seconds.size(), 11u);
+    }
+    expect_nothing_leaked(const_cast<cache::KvStore&>(s.store()));
+  }
+}
+
 TEST(Scheduler, RefusesWhatCouldNeverRunAndChangesNothing) {
   const TokenHashNetwork net;
   KvOptions kv;

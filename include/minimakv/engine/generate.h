@@ -30,7 +30,9 @@ void validate(const GenerateOptions& opt);
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (stop token excluded)
   double prefill_seconds = 0, decode_seconds = 0;
-  std::vector<double> step_seconds;  // wall time of each decode forward pass (and its checkpoint)
+  // decode_seconds of generate_batch: the sum of its decode passes (the batch decodes after every
+  // prompt is in); of generate: from the end of the prompt to the last token.
+  std::vector<double> step_seconds;  // wall time of each pure decode forward pass (and its checkpoint)
   cache::Accounting accounting;  // at the end, before the sequence released its pages
   // With keep_prompt_logits: the logits after the whole prompt, from the same forward passes, mode and
   // retier checkpoints that the generated tokens came from (the first token is sampled from these).

@@ -64,7 +64,8 @@ struct RequestSummary {
   Clock::time_point arrival, admitted, first_token, finished;  // admitted: first admission
   std::vector<Clock::time_point> token_times;                 // when each token was emitted
   double prefill_seconds = 0;     // first admission to the first sampled token
-  std::vector<double> step_seconds;  // wall time of each decode pass it was in (checkpoint included)
+  std::vector<double> step_seconds;  // wall time of each pure decode pass it was in (no prompt chunk in the
+                                     // pass; checkpoint included)
   std::vector<float> prompt_logits;  // SamplingParams::keep_prompt_logits
   cache::Accounting accounting;      // Request::keep_accounting: the store's, before the pages went
 };
@@ -94,6 +95,11 @@ struct SchedulerOptions {
   size_t max_step_tokens = 2048;  // tokens of one forward pass (decode rows and prompt chunks)
   size_t max_running = 256;       // requests holding pages at once
   Admission admission = Admission::kPreempt;
+  // Offline batches (generate --batch): decode rows wait while any running request has prompt left or
+  // a waiting one can be admitted, so every prompt is prefilled first and the batch then decodes
+  // together in pure decode passes, the steps a decode benchmark means. Serving leaves it off (decode
+  // rows go first in every pass, so running requests keep streaming while others prefill).
+  bool prefill_first = false;
 };
 
 struct StepStats {
