@@ -2,7 +2,7 @@
 # GPU time of each kernel of a few decode steps (Nsight Compute, eager launches so every kernel is its
 # own launch): kernel name, launches and mean duration, sorted by total time. Skips the prefill's
 # launches first (SKIP), so the window falls inside the decode.
-#   CONTEXT=32768 KV=bf16 BATCH=1 SKIP=15000 COUNT=600 BIN=build/release/apps/minimakv/minimakv \
+#   CONTEXT=32768 KV=bf16 BATCH=1 SKIP=15000 COUNT=600 BIN=build/release/apps/minimakv/minimakv [MODEL_ARGS=...] \
 #     bash scripts/bench/engine-kernels.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,12 +12,13 @@ BATCH=${BATCH:-1}
 SKIP=${SKIP:-15000}
 COUNT=${COUNT:-600}
 BIN=${BIN:-build/release/apps/minimakv/minimakv}
+MODEL_ARGS=${MODEL_ARGS:-}  # e.g. "--model bench/configs/qwen3-8b --dummy-weights"
 TEXT=${TEXT:-data/corpus/essay.txt}
 OUT=${OUT:-build/engine-kernels}
 mkdir -p "$OUT"
 csv="$OUT/kernels-$KV-b$BATCH.csv"
 MINIMAKV_CUDA_GRAPHS=0 ncu --launch-skip "$SKIP" --launch-count "$COUNT" --metrics gpu__time_duration.sum --csv \
-  --log-file "$csv" "$BIN" generate --device cuda --kv "$KV" --prompt-file "$TEXT" \
+  --log-file "$csv" "$BIN" generate --device cuda $MODEL_ARGS --kv "$KV" --prompt-file "$TEXT" \
   --prompt-tokens $((CONTEXT - 128)) --batch "$BATCH" --max-tokens 128 --ignore-eos --json \
   >"$OUT/generate-$KV-b$BATCH.json" 2>"$OUT/ncu-$KV-b$BATCH.log"
 python3 - "$csv" <<'PY'
