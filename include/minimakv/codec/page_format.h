@@ -17,7 +17,6 @@
 
 #include "minimakv/codec/portable.h"
 
-
 namespace minimakv::codec {
 
 enum class PageFormat : uint8_t { kBf16 = 0, kFp8 = 1, kTq3 = 2 };
