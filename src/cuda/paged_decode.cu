@@ -857,95 +857,11 @@ void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-void validate_shape(const DecodeShape& s) {
-  codec::require_supported_head_dim(s.head_dim, "DecodeWorkspace");
-  require(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0,
-          "DecodeWorkspace: q_heads must be a positive multiple of kv_heads");
-  require(s.q_heads / s.kv_heads <= 8, "DecodeWorkspace: GQA ratio above 8 is not supported");
-  require(s.tokens_per_page >= 1 && s.tokens_per_page <= codec::kMaxTokensPerPage,
-          "DecodeWorkspace: tokens_per_page out of range");
-}
-
 }  // namespace
-
-namespace {
-
-// Aim for about 8 CTAs per SM of a 132-SM part; splits of 128..1024 tokens.
-int auto_split_tokens(size_t tokens, const DecodeShape& shape) {
-  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / (132 * 8);
-  int split_tokens = 128;
-  while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
-  return split_tokens;
-}
-
-}  // namespace
-
-int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape) {
-  validate_shape(shape);
-  const size_t B = static_cast<size_t>(shape.tokens_per_page);
-  size_t tokens = 0;
-  for (uint32_t t : seq_tokens) tokens += t;
-  const size_t split_tokens = static_cast<size_t>(auto_split_tokens(tokens, shape));
-  size_t bound = 0;
-  for (uint32_t t : seq_tokens) {
-    const size_t pages = (t + B - 1) / B;
-    // Pages as long as a split are cut into at most ceil(B / split) parts each; shorter pages are grouped
-    // `per` at a time within each format, and each of the three formats may end on a partial group.
-    bound += B >= split_tokens ? pages * ((B + split_tokens - 1) / split_tokens)
-                               : (pages + split_tokens / B - 1) / (split_tokens / B) + codec::kNumPageFormats - 1;
-  }
-  return static_cast<int>(bound);
-}
-
-DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens,
-                            bool page_granular) {
-  validate_shape(shape);
-  const int B = shape.tokens_per_page;
-  if (split_tokens <= 0) {
-    size_t tokens = 0;
-    for (const auto& s : seqs)
-      for (const auto& pr : s) tokens += pr.tokens;
-    split_tokens = auto_split_tokens(tokens, shape);
-  }
-  DecodePlan plan;
-  plan.batch = static_cast<int>(seqs.size());
-  // Format-major, then sequence: each format's splits are one contiguous range (one launch per format).
-  plan.seq_split_begin.push_back(0);
-  for (int f = 0; f < codec::kNumPageFormats; ++f) {
-    if (f > 0) plan.seq_split_begin.push_back(static_cast<int32_t>(plan.splits.size()));
-    for (size_t si = 0; si < seqs.size(); ++si) {
-      const int first = static_cast<int>(plan.entries.size());
-      uint32_t logical = 0;
-      for (const auto& pr : seqs[si]) {
-        if (static_cast<int>(pr.format) == f) {
-          require(pr.page_id != 0, "make_decode_plan: page id 0 is the null page");
-          require(pr.tokens >= 1 && pr.tokens <= static_cast<uint32_t>(B),
-                  "make_decode_plan: page token count outside [1, tokens_per_page]");
-          plan.entries.push_back({pr.page_id, pr.tokens, static_cast<uint32_t>(si), logical});
-        }
-        ++logical;
-      }
-      const int last = static_cast<int>(plan.entries.size());
-      if (B >= split_tokens) {
-        const int parts = page_granular ? 1 : (B + split_tokens - 1) / split_tokens;
-        const int step = (B + parts - 1) / parts;
-        for (int e = first; e < last; ++e)
-          for (int t = 0; t < static_cast<int>(plan.entries[e].tokens); t += step)
-            plan.splits.push_back({static_cast<int32_t>(si), f, e, e + 1, t, std::min(B, t + step)});
-      } else {
-        const int per = std::max(1, split_tokens / B);
-        for (int e = first; e < last; e += per)
-          plan.splits.push_back({static_cast<int32_t>(si), f, e, std::min(last, e + per), 0, B});
-      }
-      plan.seq_split_begin.push_back(static_cast<int32_t>(plan.splits.size()));
-    }
-  }
-  return plan;
-}
 
 DecodeWorkspace::DecodeWorkspace(const DecodeShape& shape, int max_batch, int max_splits, int max_entries)
     : shape_(shape), max_batch_(max_batch), max_splits_(max_splits), max_entries_(max_entries) {
-  validate_shape(shape);
+  validate_decode_shape(shape);
   require(max_batch > 0 && max_splits > 0 && max_entries > 0, "DecodeWorkspace: capacities must be positive");
   off_seq_ = 16;
   off_split_ = codec::align_up(off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (max_batch + 1), 16);

@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "minimakv/cuda/paged_decode.h"
+#include "minimakv/cuda/decode_plan.h"
 #include "test_util.h"
 
 namespace minimakv {

@@ -1,6 +1,7 @@
 // Mixed-format paged decode attention on the GPU: split-K over pages, one softmax over every format.
 //
-// Owns: the decode plan (which pages each CTA reads), its fixed-capacity device buffers, and the three
+// Owns: the decode plan's fixed-capacity device buffers (the plan itself, host code: decode_plan.h),
+// and the three
 // launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation (steps that
 // read TQ3), (2) per format, one CTA per (split, KV head) reads its pages in that stored format (BF16,
 // FP8 or TQ3; all query heads of the GQA group reuse each loaded K/V tile) and writes a normalised
@@ -26,47 +27,11 @@
 #include <vector>
 
 #include "minimakv/codec/page_layout.h"
+#include "minimakv/cuda/decode_plan.h"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/fork_join.h"
 
 namespace minimakv::cuda {
-
-struct DecodeShape {
-  int q_heads = 0, kv_heads = 0, head_dim = 0;
-  int tokens_per_page = 0;
-  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
-};
-
-// One page of one sequence, in logical order.
-struct PageRef {
-  codec::PageFormat format = codec::PageFormat::kFp8;
-  uint32_t page_id = 0;
-  uint32_t tokens = 0;  // valid tokens (the last page may be partial)
-};
-
-// Device plan records (trivially copyable).
-struct PlanEntry {
-  uint32_t page_id, tokens, seq, logical;
-};
-struct PlanSplit {
-  int32_t seq, format, entry_begin, entry_end, tok_begin, tok_end;
-};
-
-struct DecodePlan {
-  std::vector<PlanEntry> entries;        // grouped by (format, sequence), logical order inside a group
-  std::vector<PlanSplit> splits;         // grouped by (format, sequence)
-  std::vector<int32_t> seq_split_begin;  // [format][batch + 1] offsets into splits
-  int batch = 0;
-};
-
-// split_tokens: tokens per split (>= 128 recommended; 0 chooses from the batch so the grid fills the
-// GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
-DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens = 0,
-                            bool page_granular = false);
-// At least make_decode_plan(seqs, shape).splits.size() (automatic split size, not page-granular) for
-// sequences holding these many tokens, whatever the formats of their pages: the split capacity a
-// workspace needs before the plan exists (a captured graph's launches are sized before each step's plan).
-int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape);
 
 // What one decode call read (the paper's contribution 4). route: "mixed" when TQ3 and FP8/BF16 pages are
 // read in the same call, else "tq3-only", "fp8-only" or "dense". Bytes count K and V codes plus metadata
