@@ -85,6 +85,14 @@ constexpr int kMaxRegisterRow = kRowChunks * kThreads * 4;  // 8192 floats
 
 struct RegisterRow {
   float4 v[kRowChunks];
+  // This thread's chunks of a row of `chunks` float4s (one load round trip for the whole row).
+  __device__ void load(const float4* row, int chunks) {
+#pragma unroll
+    for (int j = 0; j < kRowChunks; ++j) {
+      const int c = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (c < chunks) v[j] = row[c];
+    }
+  }
   // Sum of squares of this thread's chunks, chunk by chunk and x, y, z, w within one: the order both
   // register-row kernels use, so they agree bit for bit.
   __device__ float sum_squares(int chunks) const {
@@ -110,11 +118,7 @@ __global__ void rmsnorm_vec_kernel(float* __restrict__ x, int dim, const float* 
   const auto* w4 = reinterpret_cast<const float4*>(w);
   const int chunks = dim / 4;
   RegisterRow r;
-#pragma unroll
-  for (int j = 0; j < kRowChunks; ++j) {
-    const int c = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (c < chunks) r.v[j] = row[c];
-  }
+  r.load(row, chunks);
   const float inv = inverse_rms(r.sum_squares(chunks), dim, eps);
 #pragma unroll
   for (int j = 0; j < kRowChunks; ++j) {
@@ -177,11 +181,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __res
   const auto* w4 = reinterpret_cast<const float4*>(w);
   const int chunks = dim / 4;
   RegisterRow r;
-#pragma unroll
-  for (int j = 0; j < kRowChunks; ++j) {
-    const int c = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (c < chunks) r.v[j] = row[c];
-  }
+  r.load(row, chunks);
   if (y) {
     const auto* y4 = reinterpret_cast<const float4*>(y + base);
 #pragma unroll

@@ -204,6 +204,17 @@ TEST(Scheduler, RandomTrafficMatchesSoloRunsAndLeaksNothing) {
   RecordProperty("preemptions", std::to_string(preemptions));
 }
 
+// Tiny pages, a checkpoint every 4 tokens and a 2-page window: every mechanism acts within a few tokens.
+KvOptions small_kv(cache::KvMode mode, int prefill_chunk) {
+  KvOptions kv;
+  kv.mode = mode;
+  kv.tokens_per_page = 4;
+  kv.prefill_chunk = prefill_chunk;
+  kv.checkpoint_interval = 4;
+  kv.controller.recent_window = 2;
+  return kv;
+}
+
 // Two long requests in an envelope of 1.2 peak requests (minima: fewer settled ones): the second is admitted on its prompt,
 // runs out of pages while both decode, is preempted, is prefilled again from its prompt and the tokens
 // it had produced, and still produces its solo tokens.
@@ -211,12 +222,7 @@ TEST(Scheduler, PreemptionByRecomputeResumesExactly) {
   const TokenHashNetwork net(2, 40);
   for (const auto mode : {cache::KvMode::kBf16, cache::KvMode::kFp8, cache::KvMode::kMinima}) {
     SCOPED_TRACE(cache::to_string(mode));
-    KvOptions kv;
-    kv.mode = mode;
-    kv.tokens_per_page = 4;
-    kv.prefill_chunk = 16;
-    kv.checkpoint_interval = 4;
-    kv.controller.recent_window = 2;
+    const KvOptions kv = small_kv(mode, 16);
     SchedulerOptions so;
     so.kv = kv;
     so.max_running = 4;
@@ -254,12 +260,7 @@ TEST(Scheduler, PrefillFirstDecodesTheWholeBatchInPureDecodePasses) {
   MINIMAKV_SEED_TRACE();
   for (const auto mode : {cache::KvMode::kBf16, cache::KvMode::kMinima}) {
     SCOPED_TRACE(cache::to_string(mode));
-    KvOptions kv;
-    kv.mode = mode;
-    kv.tokens_per_page = 4;
-    kv.prefill_chunk = 8;
-    kv.checkpoint_interval = 4;
-    kv.controller.recent_window = 2;
+    const KvOptions kv = small_kv(mode, 8);
     SchedulerOptions so;
     so.kv = kv;
     so.max_running = 5;

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,7 +44,7 @@ struct DecodeStats {
   uint64_t dense_shadow_bytes = 0;
   uint64_t fallbacks = 0;
   int splits = 0, entries = 0;
-  uint64_t total_bytes() const { return bytes_read[0] + bytes_read[1] + bytes_read[2]; }
+  uint64_t total_bytes() const { return std::accumulate(bytes_read.begin(), bytes_read.end(), uint64_t{0}); }
 };
 
 struct DecodeBuffers {
