@@ -1,5 +1,5 @@
 // Device helpers shared by the paged attention kernels (decode and prefill): page metadata loads, FP8
-// decoding, fp16 tensor-core tiles, the base-2 softmax-state merge and the block FWHT of the TQ3
+// decoding, fp16 and bf16 tensor-core tiles, the base-2 softmax-state merge and the block FWHT of the TQ3
 // rotation.
 //
 // Invariant: every kernel that includes this reads pages in exactly the layouts of docs/formats.md and
@@ -7,6 +7,7 @@
 // its outputs, like the CPU kernels.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -74,8 +75,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 // host code).
 template <codec::PageFormat F>
 inline constexpr bool kRotatedFormat = codec::format_spec(F).rotated;
-template <codec::PageFormat F>
-inline constexpr bool kTensorCoreDecode = codec::format_spec(F).tensor_core_decode;
 
 // Per-vector metadata of one (token, head) row: FP8 rows carry an fp32 scale, TQ3 rows an fp16 norm,
 // BF16 rows nothing (scale 1).
@@ -97,6 +96,22 @@ __device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// D += A B for one m16n8k16 tile of bf16 A and B, fp32 C/D (fragments as mma16816).
+__device__ inline void mma16816_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one bf16x2 register, lo in the low half (round to nearest), and its halves back.
+__device__ inline uint32_t pack_bf162(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ inline float bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ inline float bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
 
 // Two floats as one fp16x2 register, lo in the low half (round to nearest).
 __device__ inline uint32_t pack_half2(float lo, float hi) {

@@ -15,9 +15,11 @@ void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-// Aim for about 8 CTAs per SM of a 132-SM part; splits of 128..1024 tokens.
+// Aim for about one CTA per SM of a 132-SM part (each warp of a CTA then streams several tiles through
+// its ring, and the merge has few partials); splits of 128..1024 tokens. Measured on an H200 against
+// fixed sizes (cuda_decode_bench --split-tokens, docs/benchmarks.md).
 int auto_split_tokens(size_t tokens, const DecodeShape& shape) {
-  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / (132 * 8);
+  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / 132;
   int split_tokens = 128;
   while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
   return split_tokens;

@@ -32,107 +32,6 @@ __device__ inline int plan_batch(const uint8_t* plan) {
   return reinterpret_cast<const int32_t*>(plan)[1];
 }
 
-constexpr int kTile = 32;  // tokens per warp tile: one per lane for QK
-
-template <int GM, int N>
-__device__ inline void dot_chunk(const float* qs, int D, int c, const float (&x)[N], float (&s)[GM]) {
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    const float4* q4 = reinterpret_cast<const float4*>(qs + g * D + c);
-#pragma unroll
-    for (int e = 0; e < N; e += 4) {
-      const float4 qv = q4[e / 4];
-      s[g] += qv.x * x[e] + qv.y * x[e + 1] + qv.z * x[e + 2] + qv.w * x[e + 3];
-    }
-  }
-}
-
-// Shared-memory row strides of the staged K and V tiles. On the FMA path a lane reads its own token's K
-// row in 16-byte (TQ3 at head_dim 64: 8-byte) pieces, so the K stride is an odd number of pieces (no
-// bank conflicts among the lanes of a phase); lanes read disjoint slices of one V row, so V rows are
-// packed. On the tensor-core path lanes (g, t) read 4 bytes at 16 ks + 4 t of K rows g and g + 8 (FP8),
-// which the same K stride keeps on 32 banks, and word 8 k + g of V rows t + 4 j, for which FP8 V rows
-// are padded by kVPad = 32 bytes (a stride of 8 mod 32 words).
-template <codec::PageFormat F, int D, int kVPad = 0>
-struct TileGeom {
-  static constexpr int kRow = static_cast<int>(codec::format_row_bytes(F, D));
-  static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
-  static constexpr int kKStride = (kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece;
-  static constexpr int kVStride = kRow + kVPad;
-  static constexpr int kWarpBytes = kTile * (kKStride + kVStride);
-};
-
-// s[g] = <q_g, K row> for one staged BF16 row; one lane per token.
-template <int D, int GM>
-__device__ inline void qk_row_bf16(const uint8_t* row, const float* qs, float (&s)[GM]) {
-#pragma unroll
-  for (int g = 0; g < GM; ++g) s[g] = 0.0f;
-#pragma unroll 4
-  for (int b = 0; b < 2 * D; b += 16) {
-    const uint4 w = *reinterpret_cast<const uint4*>(row + b);
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-    float x[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[2 * i] = __uint_as_float(ws[i] << 16);
-      x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
-    }
-    dot_chunk<GM>(qs, D, b / 2, x, s);
-  }
-}
-
-// Starts the asynchronous copy of rows [0, n) of a K tile and a V tile into this warp's stage.
-template <class TG>
-__device__ inline void stage_tile(const uint8_t* k_rows, const uint8_t* v_rows, int n, uint8_t* stage) {
-  constexpr int kPieces = TG::kRow / TG::kPiece;
-  const int lane = threadIdx.x & 31;
-  uint8_t* ks = stage;
-  uint8_t* vs = stage + kTile * TG::kKStride;
-  for (int pc = lane; pc < n * kPieces; pc += 32) {
-    const int r = pc / kPieces, q = pc % kPieces;
-    __pipeline_memcpy_async(ks + r * TG::kKStride + q * TG::kPiece, k_rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
-    __pipeline_memcpy_async(vs + r * TG::kVStride + q * TG::kPiece, v_rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
-  }
-  __pipeline_commit();
-}
-
-// The E = D / 32 elements [E lane, E lane + E) of one staged BF16 V row.
-template <int D>
-__device__ inline void load_v_slice_bf16(const uint8_t* row, int lane, float (&x)[D / 32]) {
-  constexpr int E = D / 32;
-  uint32_t ws[E / 2];
-  if constexpr (E == 8) {
-    const uint4 w = *reinterpret_cast<const uint4*>(row + 16 * lane);
-    ws[0] = w.x;
-    ws[1] = w.y;
-    ws[2] = w.z;
-    ws[3] = w.w;
-  } else if constexpr (E == 4) {
-    const uint2 w = *reinterpret_cast<const uint2*>(row + 8 * lane);
-    ws[0] = w.x;
-    ws[1] = w.y;
-  } else {
-    ws[0] = *reinterpret_cast<const uint32_t*>(row + 4 * lane);
-  }
-#pragma unroll
-  for (int i = 0; i < E / 2; ++i) {
-    x[2 * i] = __uint_as_float(ws[i] << 16);
-    x[2 * i + 1] = __uint_as_float(ws[i] & 0xffff0000u);
-  }
-}
-
-__device__ inline float warp_max(float v) {
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
 // End of one entry's pages scores: every warp has put its (m, l) per query head in red_m / red_l; the
 // first G threads merge them and write the page's (m_p, l_p) in natural log. Block-wide (all threads).
 template <int GM>
@@ -190,193 +89,152 @@ __device__ inline EntryRows entry_rows(const DeviceLayout& L, const uint8_t* bas
           page + L.v_meta + static_cast<size_t>(h) * L.meta_stride, min(sp.tok_end, static_cast<int>(en.tokens))};
 }
 
-// The warps take a split's tiles round-robin across its pages, not afresh on each page: a split of
-// short pages (two 64-token pages) then gives every warp one tile instead of two to half the warps.
-// Returns this warp's first tile of an entry whose range ends at t_end; tiles_before counts the
-// split's tiles in the entries before it and is advanced past this one.
-__device__ inline int first_tile(const PlanSplit& sp, int t_end, int warp, int& tiles_before) {
-  const int first = (warp - tiles_before % kWarps + kWarps) % kWarps;
-  tiles_before += (max(0, t_end - sp.tok_begin) + kTile - 1) / kTile;
-  return sp.tok_begin + first * kTile;
-}
-
-constexpr codec::PageFormat kBf16 = codec::PageFormat::kBf16;
-
-// Dynamic shared memory of the BF16 split body: [qs | ps | red_m | red_l | stage or red_acc].
-template <int D, int GM>
-struct SplitSmem {
-  static constexpr size_t kQs = 0;
-  static constexpr size_t kPs = kQs + sizeof(float) * GM * D;
-  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * kTile * GM;
-  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * GM;
-  static constexpr size_t kStage = (kRedL + sizeof(float) * kWarps * GM + 15) / 16 * 16;
-  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * TileGeom<kBf16, D>::kWarpBytes;
-  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * GM * D;
-  static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
-};
-
-// One BF16 split (the dense baseline) for KV head blockIdx.y; all query heads of the GQA group, in fp32
-// FMAs. Per warp: tiles of 32 tokens whose K and V rows are copied to shared memory asynchronously in
-// one round trip; QK with one lane per token; the tile's max and one rescale per tile (base-2
-// exponentials, so the natural-log partials are m * ln 2); PV with each lane owning D / 32 output
-// elements.
-template <int D, int GM>
-__device__ __forceinline__ void attend_split_bf16(const StepParams& p, int split, uint8_t* smem) {
-  constexpr codec::PageFormat F = kBf16;
-  using SM = SplitSmem<D, GM>;
-  using TG = TileGeom<F, D>;
-  constexpr int E = D / 32;
-  float* qs = reinterpret_cast<float*>(smem + SM::kQs);
-  auto* ps = reinterpret_cast<float(*)[kTile][GM]>(smem + SM::kPs);
-  auto* red_m = reinterpret_cast<float(*)[GM]>(smem + SM::kRedM);
-  auto* red_l = reinterpret_cast<float(*)[GM]>(smem + SM::kRedL);
-  const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
-  const int h = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint8_t* stage = smem + SM::kStage + static_cast<size_t>(warp) * TG::kWarpBytes;
-  const uint8_t* st_k = stage;
-  const uint8_t* st_v = stage + kTile * TG::kKStride;
-  const int G = p.group;
-  const size_t qbase = (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
-  const float qscale = p.scale * kLog2e;
-  for (int i = threadIdx.x; i < GM * D; i += kThreads) qs[i] = i / D < G ? p.q[qbase + i] * qscale : 0.0f;
-  __syncthreads();
-  const DeviceLayout L = p.pools.layout[codec::format_index(F)];
-  const uint8_t* base = p.pools.base[codec::format_index(F)];
-  const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
-  float m[GM], lsum[GM], acc[GM][E];
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    m[g] = -INFINITY;
-    lsum[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
-  }
-  const bool want_pages = p.page_m != nullptr;
-  int tiles_before = 0;  // see first_tile
-  for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
-    const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
-    const uint8_t *kc = er.kc, *vc = er.vc, *km = er.km, *vm = er.vm;
-    const int t_end = er.t_end;
-    float pm[GM], pl[GM];
-#pragma unroll
-    for (int g = 0; g < GM; ++g) {
-      pm[g] = -INFINITY;
-      pl[g] = 0.0f;
-    }
-    for (int tile = first_tile(sp, t_end, warp, tiles_before); tile < t_end; tile += kWarps * kTile) {
-      const int n = min(kTile, t_end - tile);
-      stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
-      const int t = tile + lane;
-      const bool valid = lane < n;
-      const float ks = valid ? load_meta<F>(km + static_cast<size_t>(t) * L.meta) : 0.0f;
-      const float vs = valid ? load_meta<F>(vm + static_cast<size_t>(t) * L.meta) : 0.0f;
-      __pipeline_wait_prior(0);
-      __syncwarp();
-      float s[GM];
-      if (valid) {
-        qk_row_bf16<D, GM>(st_k + lane * TG::kKStride, qs, s);
-#pragma unroll
-        for (int g = 0; g < GM; ++g) s[g] *= ks;
-      } else {
-#pragma unroll
-        for (int g = 0; g < GM; ++g) s[g] = -INFINITY;
-      }
-#pragma unroll
-      for (int g = 0; g < GM; ++g) {
-        const float mn = fmaxf(m[g], warp_max(s[g]));  // finite: lane 0 of a tile is always valid
-        const float c = exp2f(m[g] - mn);
-        const float pr = valid ? exp2f(s[g] - mn) : 0.0f;
-        lsum[g] = lsum[g] * c + pr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] *= c;
-        m[g] = mn;
-        ps[warp][lane][g] = pr * vs;
-        if (want_pages) {
-          float c1, c2;
-          merge_ml(pm[g], pl[g], mn, warp_sum(pr), c1, c2);
-        }
-      }
-      __syncwarp();
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        float vx[E];
-        load_v_slice_bf16<D>(st_v + j * TG::kVStride, lane, vx);
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-          const float pj = ps[warp][j][g];
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][e] += pj * vx[e];
-        }
-      }
-      __syncwarp();
-    }
-    if (want_pages) {
-      if (lane == 0) {
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-          red_m[warp][g] = pm[g];
-          red_l[warp][g] = pl[g];
-        }
-      }
-      write_page_stats<GM>(p, ei, red_m, red_l);
-    }
-  }
-  // Combine the warps through shared memory (red_acc overlays the stages, so wait for every warp).
-  __syncthreads();
-  auto* red_acc = reinterpret_cast<float(*)[GM][D]>(smem + SM::kStage);
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    const float l = warp_sum(lsum[g]);
-#pragma unroll
-    for (int e = 0; e < E; ++e) red_acc[warp][g][lane * E + e] = acc[g][e];
-    if (lane == 0) {
-      red_m[warp][g] = m[g];
-      red_l[warp][g] = l;
-    }
-  }
-  write_partials<D, GM>(p, split, red_m, red_l, red_acc);
-}
-
-// ---- The tensor-core split body, for FP8 and TQ3 pages ----
+// ---- The split body: one tensor-core path for BF16, FP8 and TQ3 pages ----
 //
-// Per warp and 32-token tile, with the same plan, staging and partials as attend_split_bf16:
-//   S = K Q^T on fp16 m16n8k16 tiles: rows are tokens (two blocks of 16), the 8 columns the group's
-//   query heads (G <= 8; the rest zero). K codes are exact in fp16 (E4M3 values; TQ3 levels are fp16
-//   values by construction, docs/formats.md); the query enters as hi + lo fp16 terms, two MMAs per
-//   fragment, so the logits keep about fp32 accuracy.
+// Per warp and tile of TT tokens (32, or 16 where rows are 256 bytes or more), with the split's tiles
+// taken round-robin by the warps across its pages:
+//   S = K Q^T on m16n8k16 tiles: rows are tokens (TT / 16 blocks of 16), the 8 columns the group's
+//   query heads (G <= 8; the rest zero). K codes are exact in the MMA type (BF16 rows in bf16; E4M3
+//   values and TQ3 levels in fp16, docs/formats.md); the query enters as hi + lo terms of that type, two
+//   or three MMAs per fragment, so the logits keep about fp32 accuracy.
 //   O^T += V^T P^T: rows are head dims (D / 16 blocks), k the tile's tokens, P (times each token's V
 //   scale) again as hi + lo terms. Fragments are read straight from the staged rows, no dense copy.
 // The fragments' k order is a permutation of dims (QK) or tokens (PV), the same for both operands, and
 // the output rows a permutation of dims undone when the warp's rows are written out.
+//
+// Staging: each warp streams its tiles through a ring of 2 A + 1 half-tile slots in shared memory, K and
+// V of a tile copied asynchronously as separate commit groups, A tiles ahead: while the warp computes
+// QK of tile i, V(i) and K, V of tiles i + 1 .. i + A - 1 and K(i + A) are in flight; while it computes
+// PV of tile i, K, V of tiles i + 1 .. i + A. K(i) sits in slot 2 i, V(i) in 2 i + 1 (mod 2 A + 1), so
+// K(i + A) takes the slot V(i - 1) has left and V(i + A) the one K(i) has.
 
 constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA group fits
 
+// Tile tokens and tiles ahead per format and head_dim, as the kernel lab measured them on an H200
+// (docs/benchmarks.md). A lab variant build (scripts/bench/decode-lab.sh) defines MINIMAKV_DECODE_LAB and,
+// per format index f, MINIMAKV_DECODE_TT_f and MINIMAKV_DECODE_AHEAD_f, for every head_dim.
+struct Tiling {
+  int tokens, ahead;
+};
 template <codec::PageFormat F, int D>
-using MmaTileGeom = TileGeom<F, D, F == codec::PageFormat::kFp8 ? 32 : 0>;
+constexpr Tiling decode_tiling() {
+#ifdef MINIMAKV_DECODE_LAB
+  constexpr Tiling lab[3] = {{MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_AHEAD_0},
+                             {MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_AHEAD_1},
+                             {MINIMAKV_DECODE_TT_2, MINIMAKV_DECODE_AHEAD_2}};
+  return lab[codec::format_index(F)];
+#else
+  // BF16 rows of 256 bytes or more: 16-token tiles, one ahead; FP8: 32-token tiles one ahead, 16 two ahead
+  // at 256-byte rows (head_dim 256); TQ3: 32-token tiles, one ahead.
+  constexpr int row = static_cast<int>(codec::format_row_bytes(F, D));
+  if constexpr (F == codec::PageFormat::kTq3) return {32, 1};
+  if constexpr (F == codec::PageFormat::kFp8) return row >= 256 ? Tiling{16, 2} : Tiling{32, 1};
+  return {row >= 256 ? 16 : 32, 1};
+#endif
+}
 
-// Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | stage or red_acc].
 template <codec::PageFormat F, int D>
-struct MmaSmem {
-  static constexpr size_t kQf = 0;  // uint4 [D / 16][32]: per k-step and lane {hi01, hi23, lo01, lo23}
-  static constexpr size_t kPs = kQf + sizeof(uint4) * (D / 16) * 32;
-  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * kTile * kMmaCols;
-  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * kMmaCols;
-  static constexpr size_t kPairs = kRedL + sizeof(float) * kWarps * kMmaCols;
-  static constexpr size_t kStage = (kPairs + sizeof(uint32_t) * 64 + 15) / 16 * 16;
-  static constexpr size_t kStageBytes = static_cast<size_t>(kWarps) * MmaTileGeom<F, D>::kWarpBytes;
-  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * kMmaCols * D;
-  static constexpr size_t kBytes = kStage + (kStageBytes > kRedAccBytes ? kStageBytes : kRedAccBytes);
+struct TileGeom {
+  static constexpr int kRow = static_cast<int>(codec::format_row_bytes(F, D));
+  static constexpr int TT = decode_tiling<F, D>().tokens;  // tokens per tile: 16 or 32
+  static_assert((TT == 16 || TT == 32) && decode_tiling<F, D>().ahead >= 1 && decode_tiling<F, D>().ahead <= 3,
+                "decode tiling out of range");
+  static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
+  // Strides: lanes (g, t) read rows g and g + 8 (QK) and rows t + 4 j (PV) at 4 (FP8, TQ3) or 8 (BF16)
+  // bytes a lane. FP8 and TQ3 K rows take an odd number of pieces (FP8: 4 t + 36 g words, 32 banks);
+  // BF16 rows, and FP8 V rows, a stride of 8 words mod 32 (each half-warp phase on 32 distinct banks).
+  static constexpr int kKStride =
+      F == codec::PageFormat::kBf16 ? kRow + 32 : ((kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece);
+  static constexpr int kVStride = F == codec::PageFormat::kTq3 ? kRow : kRow + 32;
+  static constexpr int kSlot = TT * (kKStride > kVStride ? kKStride : kVStride);
+  // Tiles in flight: as asked, but no more than 210 KB of rings per CTA hold (the rest of the 227 KB
+  // a CTA may have is the query fragments and the softmax scratch).
+  static constexpr int kRingBudget = 210 * 1024;
+  static constexpr int kAheadFit = (kRingBudget / (kWarps * kSlot) - 1) / 2;
+  static constexpr int kAhead = decode_tiling<F, D>().ahead < kAheadFit ? decode_tiling<F, D>().ahead : kAheadFit;
+  static_assert(kAhead >= 1, "decode tiling: one tile ahead does not fit in shared memory");
+  static constexpr int kSlots = 2 * kAhead + 1;
+  static constexpr int kWarpBytes = kSlots * kSlot;
 };
 
-// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8: 16 ks + 4 t.
-// TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits), four per step.
+// Terms of the query in QK: the logits keep about fp32 accuracy (BF16 needs a third term for that).
+template <codec::PageFormat F>
+inline constexpr int kQueryTerms = F == codec::PageFormat::kBf16 ? 3 : 2;
+
+// TQ3 codes become fp16 fragments through the 64-entry pair table in shared memory. (A 4,096-entry
+// quad table, four codes to two registers with one lookup, measured 1.4-1.7x slower on an H200: random
+// 8-byte lookups into 32 KB conflict on the banks; docs/benchmarks.md.)
+template <codec::PageFormat F>
+inline constexpr size_t kLevelTableBytes = F == codec::PageFormat::kTq3 ? sizeof(uint32_t) * 64 : 0;
+
+// Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | rings or red_acc].
+template <codec::PageFormat F, int D>
+struct SplitSmem {
+  static constexpr size_t kQf = 0;  // uint2 [D / 16][terms][32]: per k-step, term and lane {b0, b1}
+  static constexpr size_t kPs = kQf + sizeof(uint2) * (D / 16) * kQueryTerms<F> * 32;
+  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * TileGeom<F, D>::TT * kMmaCols;
+  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * kMmaCols;
+  static constexpr size_t kTable = (kRedL + sizeof(float) * kWarps * kMmaCols + 15) / 16 * 16;
+  static constexpr size_t kRing = (kTable + kLevelTableBytes<F> + 15) / 16 * 16;
+  static constexpr size_t kRingBytes = static_cast<size_t>(kWarps) * TileGeom<F, D>::kWarpBytes;
+  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * kMmaCols * D;
+  static constexpr size_t kBytes = kRing + (kRingBytes > kRedAccBytes ? kRingBytes : kRedAccBytes);
+  static_assert(kBytes <= 227 * 1024, "decode split: more shared memory than an sm_90 CTA may have");
+};
+
+// A warp's position in its split: the tile at token `tile` of entry `ei` (ei == entry_end: done), and
+// the split's tile count in the entries before ei. The warps take the split's tiles round-robin across
+// its pages, not afresh on each page: a split of short pages (two 64-token pages) then gives every warp
+// one tile instead of two to half the warps.
+struct TileCursor {
+  int ei, tile, before;
+};
+
+__device__ inline int entry_tok_end(const PlanEntry* entries, const PlanSplit& sp, int ei) {
+  return min(sp.tok_end, static_cast<int>(entries[ei].tokens));
+}
+
+// This warp's first tile in entry ei or after it, `before` tiles preceding entry ei.
+template <int TT>
+__device__ inline TileCursor seek_tile(const PlanEntry* entries, const PlanSplit& sp, int ei, int before, int warp) {
+  for (; ei < sp.entry_end; ++ei) {
+    const int n_tiles = (max(0, entry_tok_end(entries, sp, ei) - sp.tok_begin) + TT - 1) / TT;
+    const int first = (warp - before % kWarps + kWarps) % kWarps;
+    if (first < n_tiles) return {ei, sp.tok_begin + first * TT, before};
+    before += n_tiles;
+  }
+  return {sp.entry_end, 0, before};
+}
+
+template <int TT>
+__device__ inline TileCursor next_tile(const PlanEntry* entries, const PlanSplit& sp, const TileCursor& c, int warp) {
+  if (c.ei >= sp.entry_end) return c;
+  const int t_end = entry_tok_end(entries, sp, c.ei);
+  if (c.tile + kWarps * TT < t_end) return {c.ei, c.tile + kWarps * TT, c.before};
+  const int n_tiles = (max(0, t_end - sp.tok_begin) + TT - 1) / TT;
+  return seek_tile<TT>(entries, sp, c.ei + 1, c.before + n_tiles, warp);
+}
+
+// Starts the asynchronous copy of rows [0, n) (n may be 0) into a ring slot as one commit group.
+template <class TG>
+__device__ inline void stage_rows(const uint8_t* rows, int n, int stride, uint8_t* slot) {
+  constexpr int kPieces = TG::kRow / TG::kPiece;
+  for (int pc = static_cast<int>(threadIdx.x & 31); pc < n * kPieces; pc += 32) {
+    const int r = pc / kPieces, q = pc % kPieces;
+    __pipeline_memcpy_async(slot + r * stride + q * TG::kPiece, rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+  }
+  __pipeline_commit();
+}
+
+// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8 and BF16:
+// 16 ks + 4 t. TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits),
+// four per step.
 template <codec::PageFormat F>
 __device__ inline int qk_dim(int ks, int t) {
-  if constexpr (F == codec::PageFormat::kFp8)
-    return 16 * ks + 4 * t;
-  else
+  if constexpr (F == codec::PageFormat::kTq3)
     return 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
+  else
+    return 16 * ks + 4 * t;
 }
 
 // Codes [16 t, 16 t + 16) of 64-code chunk c of a staged TQ3 row, 3 bits each from bit 0.
@@ -396,31 +254,152 @@ __device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
   return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
 }
 
+// The MMA of format F's fragments: bf16 for BF16 pages, fp16 for FP8 and TQ3.
+template <codec::PageFormat F>
+__device__ inline void mma_tile(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (F == codec::PageFormat::kBf16)
+    mma16816_bf16(c, a, b0, b1);
+  else
+    mma16816(c, a, b0, b1);
+}
+
+// (x0, x1) as N terms of format F's MMA type, two values a register: each term rounds what the terms
+// before it left (hi = round(x), lo = round(x - hi), ...). Two fp16 terms keep 22 bits of x, two bf16
+// terms 16 and three 24.
+template <codec::PageFormat F, int N>
+__device__ inline void split_terms(float x0, float x1, uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (F == codec::PageFormat::kBf16) {
+      r[i] = pack_bf162(x0, x1);
+      x0 -= bf16_lo(r[i]);
+      x1 -= bf16_hi(r[i]);
+    } else {
+      const __half2 h = __floats2half2_rn(x0, x1);
+      r[i] = *reinterpret_cast<const uint32_t*>(&h);
+      x0 -= __low2float(h);
+      x1 -= __high2float(h);
+    }
+  }
+}
+
+// The QK fragments (A operand) of k-steps [4 c, 4 c + 4) for lane (g, t): rows r0 (token g of the
+// block) and r1 (token g + 8). pairs: the TQ3 level-pair table.
 template <codec::PageFormat F, int D>
-__device__ __forceinline__ void attend_split_mma(const StepParams& p, int split, uint8_t* smem) {
-  using SM = MmaSmem<F, D>;
-  using TG = MmaTileGeom<F, D>;
-  constexpr bool kTq3 = F == codec::PageFormat::kTq3;
-  constexpr int MB = D / 16;  // QK k-steps; PV output row blocks
-  auto* qf = reinterpret_cast<uint4*>(smem + SM::kQf);
-  auto* ps = reinterpret_cast<float(*)[kTile][kMmaCols]>(smem + SM::kPs);
+__device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, const uint32_t* pairs,
+                                uint32_t (&a)[4][4]) {
+  if constexpr (F == codec::PageFormat::kTq3) {
+    const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = pairs[(v0 >> (12 * kk)) & 63u];
+      a[kk][1] = pairs[(v1 >> (12 * kk)) & 63u];
+      a[kk][2] = pairs[(v0 >> (12 * kk + 6)) & 63u];
+      a[kk][3] = pairs[(v1 >> (12 * kk + 6)) & 63u];
+    }
+  } else if constexpr (F == codec::PageFormat::kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int ks = 4 * c + kk;
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(r0 + 16 * ks + 4 * t);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(r1 + 16 * ks + 4 * t);
+      a[kk][0] = fp8x2_to_half2(w0);
+      a[kk][1] = fp8x2_to_half2(w1);
+      a[kk][2] = fp8x2_to_half2(w0 >> 16);
+      a[kk][3] = fp8x2_to_half2(w1 >> 16);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int ks = 4 * c + kk;
+      const uint2 w0 = *reinterpret_cast<const uint2*>(r0 + 32 * ks + 8 * t);
+      const uint2 w1 = *reinterpret_cast<const uint2*>(r1 + 32 * ks + 8 * t);
+      a[kk][0] = w0.x;
+      a[kk][1] = w1.x;
+      a[kk][2] = w0.y;
+      a[kk][3] = w1.y;
+    }
+  }
+}
+
+// The PV fragments (A operand, V^T) of output dims d .. d + 3 (row blocks a0: d, d + 1 and a1: d + 2,
+// d + 3) for lane (g, t) over the 16 tokens of k-step kt: tokens t + 4 j at vrow + (16 kt + 4 j) stride.
+// Tokens at or past n are read as zero: a padding row may hold NaN codes (its P is 0).
+template <codec::PageFormat F, int D>
+__device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int d, int t, int n,
+                                    const uint32_t* pairs, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  if constexpr (F == codec::PageFormat::kTq3) {
+    uint32_t c[4];  // TQ3 codes are always finite levels: padding rows need no mask
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * stride, d);
+    auto pair = [&](int ja, int jb, int e) {
+      return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
+    };
+    a0[0] = pair(0, 1, 0);
+    a0[1] = pair(0, 1, 1);
+    a0[2] = pair(2, 3, 0);
+    a0[3] = pair(2, 3, 1);
+    a1[0] = pair(0, 1, 2);
+    a1[1] = pair(0, 1, 3);
+    a1[2] = pair(2, 3, 2);
+    a1[3] = pair(2, 3, 3);
+  } else if constexpr (F == codec::PageFormat::kFp8) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint32_t*>(vrow + (16 * kt + 4 * j) * stride + d) : 0u;
+    const uint32_t x01 = __byte_perm(w[0], w[1], 0x5140), y01 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t x23 = __byte_perm(w[2], w[3], 0x5140), y23 = __byte_perm(w[2], w[3], 0x7362);
+    a0[0] = fp8x2_to_half2(x01);
+    a0[1] = fp8x2_to_half2(x01 >> 16);
+    a0[2] = fp8x2_to_half2(x23);
+    a0[3] = fp8x2_to_half2(x23 >> 16);
+    a1[0] = fp8x2_to_half2(y01);
+    a1[1] = fp8x2_to_half2(y01 >> 16);
+    a1[2] = fp8x2_to_half2(y23);
+    a1[3] = fp8x2_to_half2(y23 >> 16);
+  } else {
+    uint2 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint2*>(vrow + (16 * kt + 4 * j) * stride + 2 * d)
+                                     : make_uint2(0u, 0u);
+    // bf16 of dim d (low half) and d + 1 (high half) of tokens (t, t + 4) and (t + 8, t + 12).
+    a0[0] = __byte_perm(w[0].x, w[1].x, 0x5410);
+    a0[1] = __byte_perm(w[0].x, w[1].x, 0x7632);
+    a0[2] = __byte_perm(w[2].x, w[3].x, 0x5410);
+    a0[3] = __byte_perm(w[2].x, w[3].x, 0x7632);
+    a1[0] = __byte_perm(w[0].y, w[1].y, 0x5410);
+    a1[1] = __byte_perm(w[0].y, w[1].y, 0x7632);
+    a1[2] = __byte_perm(w[2].y, w[3].y, 0x5410);
+    a1[3] = __byte_perm(w[2].y, w[3].y, 0x7632);
+  }
+}
+
+template <codec::PageFormat F, int D>
+__device__ __forceinline__ void attend_split(const StepParams& p, int split, uint8_t* smem) {
+  using SM = SplitSmem<F, D>;
+  using TG = TileGeom<F, D>;
+  constexpr int TT = TG::TT, MB = D / 16, KB = TT / 16;  // MB: QK k-steps, PV row blocks; KB: token blocks
+  constexpr int A = TG::kAhead;
+  constexpr int NQ = kQueryTerms<F>;
+  auto* qf = reinterpret_cast<uint2*>(smem + SM::kQf);
+  auto* ps = reinterpret_cast<float(*)[TT][kMmaCols]>(smem + SM::kPs);
   auto* red_m = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedM);
   auto* red_l = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedL);
-  auto* pairs = reinterpret_cast<uint32_t*>(smem + SM::kPairs);
+  auto* pairs = reinterpret_cast<uint32_t*>(smem + SM::kTable);
   const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  uint8_t* stage = smem + SM::kStage + static_cast<size_t>(warp) * TG::kWarpBytes;
-  const uint8_t* st_k = stage;
-  const uint8_t* st_v = stage + kTile * TG::kKStride;
+  uint8_t* ring = smem + SM::kRing + static_cast<size_t>(warp) * TG::kWarpBytes;
   // pairs[a | b << 3] = {level a, level b} as fp16x2: two TQ3 codes to one fragment register.
-  if (threadIdx.x < 64)
+  if (F == codec::PageFormat::kTq3 && threadIdx.x < 64)
     pairs[threadIdx.x] = pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
                                     codec::tq3_level(static_cast<int>(threadIdx.x >> 3)));
   const int G = p.group;
   {
-    const float* qsrc =
-        (kTq3 ? p.q_rot : p.q) + (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
+    const float* qsrc = (kRotatedFormat<F> ? p.q_rot : p.q) +
+                        (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
     const float qscale = p.scale * kLog2e;
     for (int i = threadIdx.x; i < MB * 32; i += kThreads) {
       const int ks = i / 32, qg = (i % 32) >> 2, d0 = qk_dim<F>(ks, i & 3);
@@ -428,45 +407,67 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
       if (qg < G)
 #pragma unroll
         for (int j = 0; j < 4; ++j) x[j] = qsrc[qg * D + d0 + j] * qscale;
-      const __half2 h01 = __floats2half2_rn(x[0], x[1]), h23 = __floats2half2_rn(x[2], x[3]);
-      qf[i] = make_uint4(*reinterpret_cast<const uint32_t*>(&h01), *reinterpret_cast<const uint32_t*>(&h23),
-                         pack_half2(x[0] - __low2float(h01), x[1] - __high2float(h01)),
-                         pack_half2(x[2] - __low2float(h23), x[3] - __high2float(h23)));
+      uint32_t b0[NQ], b1[NQ];
+      split_terms<F, NQ>(x[0], x[1], b0);
+      split_terms<F, NQ>(x[2], x[3], b1);
+#pragma unroll
+      for (int j = 0; j < NQ; ++j) qf[(ks * NQ + j) * 32 + (i % 32)] = make_uint2(b0[j], b1[j]);
     }
   }
-  __syncthreads();
   const DeviceLayout L = p.pools.layout[codec::format_index(F)];
   const uint8_t* base = p.pools.base[codec::format_index(F)];
   const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  // The first A tiles' K and V go out before the block waits for the query fragments.
+  TileCursor cur = seek_tile<TT>(entries, sp, sp.entry_begin, 0, warp), lead = cur;  // lead: A - 1 tiles ahead
+  int slot = 0;  // ring slot of the current tile's K; its V is in slot + 1, K(i + A) goes to slot + 2 A
+  auto slot_at = [&](int s) { return ring + (s % TG::kSlots) * TG::kSlot; };
+  auto stage_tile_half = [&](const TileCursor& c, bool v_half, uint8_t* dst) {
+    int n = 0;
+    const uint8_t* rows = nullptr;
+    if (c.ei < sp.entry_end) {
+      const EntryRows er = entry_rows(L, base, entries[c.ei], sp, h);
+      n = min(TT, er.t_end - c.tile);
+      rows = (v_half ? er.vc : er.kc) + static_cast<size_t>(c.tile) * TG::kRow;
+    }
+    stage_rows<TG>(rows, n, v_half ? TG::kVStride : TG::kKStride, dst);
+  };
+  stage_tile_half(lead, false, slot_at(0));
+  stage_tile_half(lead, true, slot_at(1));
+#pragma unroll
+  for (int a = 1; a < A; ++a) {
+    lead = next_tile<TT>(entries, sp, lead, warp);
+    stage_tile_half(lead, false, slot_at(2 * a));
+    stage_tile_half(lead, true, slot_at(2 * a + 1));
+  }
+  __syncthreads();
   // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
   float acc[MB][4];
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
   const bool want_pages = p.page_m != nullptr;
-  int tiles_before = 0;  // see first_tile
   for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
-    const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
-    const uint8_t *kc = er.kc, *vc = er.vc, *km = er.km, *vm = er.vm;
-    const int t_end = er.t_end;
     float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
-    for (int tile = first_tile(sp, t_end, warp, tiles_before); tile < t_end; tile += kWarps * kTile) {
-      const int n = min(kTile, t_end - tile);
-      stage_tile<TG>(kc + static_cast<size_t>(tile) * TG::kRow, vc + static_cast<size_t>(tile) * TG::kRow, n, stage);
-      // Row scales of the tokens of this lane's C rows: 16 mb + g + 8 r at [2 mb + r].
-      float ksc[4], vsc[4];
+    while (cur.ei == ei) {
+      const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
+      const int n = min(TT, er.t_end - cur.tile);
+      lead = next_tile<TT>(entries, sp, lead, warp);
+      stage_tile_half(lead, false, slot_at(slot + 2 * A));
+      // Row scales of the tokens of this lane's C rows: 16 (j / 2) + g + 8 (j % 2) at [j].
+      float ksc[2 * KB], vsc[2 * KB];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 2 * KB; ++j) {
         const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
-        const size_t mo = static_cast<size_t>(tile + tok) * L.meta;
-        ksc[j] = tok < n ? load_meta<F>(km + mo) : 0.0f;
-        vsc[j] = tok < n ? load_meta<F>(vm + mo) : 0.0f;
+        const size_t mo = static_cast<size_t>(cur.tile + tok) * L.meta;
+        ksc[j] = tok < n ? load_meta<F>(er.km + mo) : 0.0f;
+        vsc[j] = tok < n ? load_meta<F>(er.vm + mo) : 0.0f;
       }
-      __pipeline_wait_prior(0);
+      __pipeline_wait_prior(2 * A);  // K of this tile; the 2 A groups after it may still be in flight
       __syncwarp();
-      float s[2][4];
+      const uint8_t* st_k = slot_at(slot);
+      float s[KB][4];
 #pragma unroll
-      for (int mb = 0; mb < 2; ++mb) {
+      for (int mb = 0; mb < KB; ++mb) {
         s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
         if (16 * mb >= n) continue;  // warp-uniform: a block of padding rows only
         const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
@@ -474,30 +475,16 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
         // 64 dims (four k-steps, hi and lo) per tensor-core sum from zero, added up in fp32 (see PV).
 #pragma unroll
         for (int c = 0; c < D / 64; ++c) {
+          uint32_t a[4][4];
+          qk_chunk<F, D>(r0, r1, c, t, pairs, a);
           float part[4] = {};
-          if constexpr (kTq3) {
-            const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              const uint32_t a[4] = {pairs[(v0 >> (12 * kk)) & 63u], pairs[(v1 >> (12 * kk)) & 63u],
-                                     pairs[(v0 >> (12 * kk + 6)) & 63u], pairs[(v1 >> (12 * kk + 6)) & 63u]};
-              const uint4 qv = qf[(4 * c + kk) * 32 + lane];
-              mma16816(part, a, qv.x, qv.y);
-              mma16816(part, a, qv.z, qv.w);
-            }
-          } else {
+          for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              const int ks = 4 * c + kk;
-              const uint32_t w0 = *reinterpret_cast<const uint32_t*>(r0 + 16 * ks + 4 * t);
-              const uint32_t w1 = *reinterpret_cast<const uint32_t*>(r1 + 16 * ks + 4 * t);
-              const uint32_t a[4] = {fp8x2_to_half2(w0), fp8x2_to_half2(w1), fp8x2_to_half2(w0 >> 16),
-                                     fp8x2_to_half2(w1 >> 16)};
-              const uint4 qv = qf[ks * 32 + lane];
-              mma16816(part, a, qv.x, qv.y);
-              mma16816(part, a, qv.z, qv.w);
+            for (int j = 0; j < NQ; ++j) {
+              const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
+              mma_tile<F>(part, a[kk], qv.x, qv.y);
             }
-          }
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
         }
@@ -508,7 +495,7 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
       for (int i = 0; i < 2; ++i) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 2 * KB; ++j) {
           const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
           float& x = s[j >> 1][2 * (j & 1) + i];
           x = tok < n ? x * ksc[j] : -INFINITY;
@@ -522,7 +509,7 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
         m[i] = mn;
         float sum = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 2 * KB; ++j) {
           const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
           const float pr = exp2f(s[j >> 1][2 * (j & 1) + i] - mn);  // 0 for padding rows
           sum += pr;
@@ -538,77 +525,52 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
           merge_ml(pm[i], pl[i], mn, sum, c1, c2);
         }
       }
-      __syncwarp();
-      // O^T += V^T P^T over the tile's two 16-token k-steps; lane (g, t) takes tokens t + 4 j, j = 0..3, of
-      // a step and output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is
+      __syncwarp();  // every lane is done with this K slot and has written its P
+      stage_tile_half(lead, true, slot_at(slot));
+      // O^T += V^T P^T over the tile's 16-token k-steps; lane (g, t) takes tokens t + 4 j, j = 0..3, of a
+      // step and output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is
       // summed on the tensor cores from zero and added to the running output in fp32 with the tile's
       // rescale: tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
-      const int steps = n > 16 ? 2 : 1;  // warp-uniform
-      uint32_t b_hi[2][2], b_lo[2][2];
-      const uint8_t* vrow = st_v + t * TG::kVStride;  // token t; token t + 4 j + 16 kt at a fixed offset
+      const int steps = n > 16 ? 2 : 1;  // warp-uniform; at most KB
+      uint32_t b_hi[KB][2], b_lo[KB][2];
 #pragma unroll
-      for (int kt = 0; kt < 2; ++kt) {
+      for (int kt = 0; kt < KB; ++kt) {
         float pv[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) pv[j] = ps[warp][16 * kt + t + 4 * j][g];
-        const __half2 h01 = __floats2half2_rn(pv[0], pv[1]), h23 = __floats2half2_rn(pv[2], pv[3]);
-        b_hi[kt][0] = *reinterpret_cast<const uint32_t*>(&h01);
-        b_hi[kt][1] = *reinterpret_cast<const uint32_t*>(&h23);
-        b_lo[kt][0] = pack_half2(pv[0] - __low2float(h01), pv[1] - __high2float(h01));
-        b_lo[kt][1] = pack_half2(pv[2] - __low2float(h23), pv[3] - __high2float(h23));
+        uint32_t t01[2], t23[2];
+        split_terms<F, 2>(pv[0], pv[1], t01);
+        split_terms<F, 2>(pv[2], pv[3], t23);
+        b_hi[kt][0] = t01[0];
+        b_lo[kt][0] = t01[1];
+        b_hi[kt][1] = t23[0];
+        b_lo[kt][1] = t23[1];
       }
+      __pipeline_wait_prior(2 * A);  // V of this tile; the next A tiles' K and V may still be in flight
+      __syncwarp();
+      const uint8_t* vrow = slot_at(slot + 1) + t * TG::kVStride;  // token t; t + 4 j + 16 kt at a fixed offset
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
         const int d = 4 * (8 * k + g);
         float tmp[2][4] = {};
 #pragma unroll
-        for (int kt = 0; kt < 2; ++kt) {
+        for (int kt = 0; kt < KB; ++kt) {
           if (kt >= steps) break;
-          uint32_t a0[4], a1[4];  // row blocks 2 k (dims d, d + 1) and 2 k + 1 (dims d + 2, d + 3)
-          if constexpr (kTq3) {
-            uint32_t c[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * TG::kVStride, d);
-            auto pair = [&](int ja, int jb, int e) {
-              return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
-            };
-            a0[0] = pair(0, 1, 0);
-            a0[1] = pair(0, 1, 1);
-            a0[2] = pair(2, 3, 0);
-            a0[3] = pair(2, 3, 1);
-            a1[0] = pair(0, 1, 2);
-            a1[1] = pair(0, 1, 3);
-            a1[2] = pair(2, 3, 2);
-            a1[3] = pair(2, 3, 3);
-          } else {
-            uint32_t w[4];  // padding rows may hold NaN codes: zero them (their P is 0)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-              w[j] = 16 * kt + t + 4 * j < n
-                         ? *reinterpret_cast<const uint32_t*>(vrow + (16 * kt + 4 * j) * TG::kVStride + d)
-                         : 0u;
-            const uint32_t x01 = __byte_perm(w[0], w[1], 0x5140), y01 = __byte_perm(w[0], w[1], 0x7362);
-            const uint32_t x23 = __byte_perm(w[2], w[3], 0x5140), y23 = __byte_perm(w[2], w[3], 0x7362);
-            a0[0] = fp8x2_to_half2(x01);
-            a0[1] = fp8x2_to_half2(x01 >> 16);
-            a0[2] = fp8x2_to_half2(x23);
-            a0[3] = fp8x2_to_half2(x23 >> 16);
-            a1[0] = fp8x2_to_half2(y01);
-            a1[1] = fp8x2_to_half2(y01 >> 16);
-            a1[2] = fp8x2_to_half2(y23);
-            a1[3] = fp8x2_to_half2(y23 >> 16);
-          }
-          mma16816(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
-          mma16816(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
-          mma16816(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
-          mma16816(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
+          uint32_t a0[4], a1[4];
+          pv_fragments<F, D>(vrow, TG::kVStride, kt, d, t, n, pairs, a0, a1);
+          mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
       }
-      __syncwarp();
+      __syncwarp();  // every lane is done with this V slot and with ps
+      cur = next_tile<TT>(entries, sp, cur, warp);
+      slot += 2;
     }
     if (want_pages) {
       if (g == 0) {
@@ -621,9 +583,10 @@ __device__ __forceinline__ void attend_split_mma(const StepParams& p, int split,
       write_page_stats<kMmaCols>(p, ei, red_m, red_l);
     }
   }
-  // Combine the warps through shared memory (red_acc overlays the stages, so wait for every warp).
+  __pipeline_wait_prior(0);  // the empty groups of the last tile: nothing may still write the ring
+  // Combine the warps through shared memory (red_acc overlays the rings, so wait for every warp).
   __syncthreads();
-  auto* red_acc = reinterpret_cast<float(*)[kMmaCols][D]>(smem + SM::kStage);
+  auto* red_acc = reinterpret_cast<float(*)[kMmaCols][D]>(smem + SM::kRing);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float l = lsum[i];
@@ -769,18 +732,21 @@ __global__ void decode_page_score_kernel(StepParams p) {
   }
 }
 
-// FP8 and TQ3 splits run on tensor cores (attend_split_mma, one instance for every group size); BF16
-// splits, the dense baseline, on the FMA path: the table's tensor_core_decode (kTensorCoreDecode).
-
-// CTAs per SM the register budget is sized for: 3, except FP8 at head_dim 256, whose staged tiles
-// allow only 2 per SM anyway (and which would spill under the budget of 3).
+// CTAs per SM the register budget is sized for. TQ3 is bound by instruction latency with few warps per
+// scheduler, so it takes 4 (128 registers, no spills) up to head_dim 128 and 3 at 256 (measured faster
+// with a few spilled registers than 2 without); BF16 and FP8 take 3, and 2 at head_dim 256, whose rings
+// allow only 2 per SM anyway. A lab variant build may set it for every kernel (MINIMAKV_DECODE_MIN_BLOCKS).
 template <codec::PageFormat F, int D>
-constexpr int kMinBlocks = F == codec::PageFormat::kFp8 && D == 256 ? 2 : 3;
+#if defined(MINIMAKV_DECODE_LAB) && defined(MINIMAKV_DECODE_MIN_BLOCKS)
+constexpr int kMinBlocks = MINIMAKV_DECODE_MIN_BLOCKS;
+#else
+constexpr int kMinBlocks = F == codec::PageFormat::kTq3 ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+#endif
 
 // One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
 // format per CTA measured slower on an H200 (it takes the register budget of the heaviest path, the
 // TQ3 one, for every CTA) and saved no time per layer.
-template <codec::PageFormat F, int D, int GM>
+template <codec::PageFormat F, int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kernel(StepParams p) {
   const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
   const int batch = plan_batch(p.plan);
@@ -788,37 +754,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kerne
   const int first = offs[fi * (batch + 1)], count = offs[fi * (batch + 1) + batch] - first;
   if (static_cast<int>(blockIdx.x) >= count) return;
   extern __shared__ __align__(16) uint8_t smem[];
-  if constexpr (kTensorCoreDecode<F>)
-    attend_split_mma<F, D>(p, first + static_cast<int>(blockIdx.x), smem);
-  else
-    attend_split_bf16<D, GM>(p, first + static_cast<int>(blockIdx.x), smem);
+  attend_split<F, D>(p, first + static_cast<int>(blockIdx.x), smem);
 }
 
-template <codec::PageFormat F, int D, int GM>
+template <codec::PageFormat F, int D>
 void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
   if (max_splits == 0) return;
-  constexpr size_t bytes = [] {
-    if constexpr (kTensorCoreDecode<F>)
-      return MmaSmem<F, D>::kBytes;
-    else
-      return SplitSmem<D, GM>::kBytes;
-  }();
+  constexpr size_t bytes = SplitSmem<F, D>::kBytes;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(decode_split_kernel<F, D, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(decode_split_kernel<F, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
           "decode: shared memory attribute");
     return true;
   }();
   (void)configured;
-  decode_split_kernel<F, D, GM><<<dim3(max_splits, p.kv_heads), kThreads, bytes, st>>>(p);
+  decode_split_kernel<F, D><<<dim3(max_splits, p.kv_heads), kThreads, bytes, st>>>(p);
 }
 
-template <int D, int GM>
-void launch_split(const StepParams& p, const std::array<int, codec::kNumPageFormats>& splits, cudaStream_t exact_st, cudaStream_t tq3_st) {
+template <int D>
+void launch_split(const StepParams& p, const std::array<int, codec::kNumPageFormats>& splits, cudaStream_t exact_st,
+                  cudaStream_t tq3_st) {
   using codec::PageFormat;
-  launch_format<PageFormat::kBf16, D, GM>(p, splits[codec::format_index(PageFormat::kBf16)], exact_st);
-  launch_format<PageFormat::kFp8, D, kMmaCols>(p, splits[codec::format_index(PageFormat::kFp8)], exact_st);
-  launch_format<PageFormat::kTq3, D, kMmaCols>(p, splits[codec::format_index(PageFormat::kTq3)], tq3_st);
+  launch_format<PageFormat::kBf16, D>(p, splits[codec::format_index(PageFormat::kBf16)], exact_st);
+  launch_format<PageFormat::kFp8, D>(p, splits[codec::format_index(PageFormat::kFp8)], exact_st);
+  launch_format<PageFormat::kTq3, D>(p, splits[codec::format_index(PageFormat::kTq3)], tq3_st);
 }
 
 // Grids: `batch` rows for the rotation (steps that read TQ3) and the merge, splits[f] CTAs (per KV head)
@@ -834,16 +793,7 @@ void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNu
   for (int f = 0; f < codec::kNumPageFormats; ++f) ((codec::kRotatedFormats >> f) & 1u ? tq3 : exact) |= splits[f] > 0;
   const cudaStream_t exact_st = tq3 && exact ? side.fork(st) : st;
   if (tq3) rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
-  if (p.group == 1)
-    launch_split<D, 1>(p, splits, exact_st, st);
-  else if (p.group == 2)
-    launch_split<D, 2>(p, splits, exact_st, st);
-  else if (p.group <= 4)
-    launch_split<D, 4>(p, splits, exact_st, st);
-  else if (p.group <= 6)
-    launch_split<D, 6>(p, splits, exact_st, st);
-  else
-    launch_split<D, 8>(p, splits, exact_st, st);
+  launch_split<D>(p, splits, exact_st, st);
   if (tq3 && exact) side.join(st);
   merge_kernel<D><<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p);
   if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);

@@ -109,9 +109,9 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
       r.score_err = std::max(r.score_err, testing::page_score_error(rp, ref.page_mass, 1, q_heads));
     }
   }
-  // FP8 and TQ3 splits run on tensor cores: their operands are exact (fp16 codes; the query and the
-  // probabilities as hi + lo fp16 terms), but an MMA's sum is truncated, not rounded to nearest, and the
-  // error grows with the tokens a split sums. Measured on an H200 over nine seeds (the CPU's fp32
+  // Every split runs on tensor cores: the operands are exact (fp16 FP8/TQ3 codes, bf16 BF16 rows; the
+  // query as two fp16 or three bf16 terms, the probabilities as two), but an MMA's sum is truncated, not
+  // rounded to nearest, and the error grows with the tokens a split sums. Measured on an H200 over nine seeds (the CPU's fp32
   // kernel: about 1e-6): 128-token splits 0.4-1.5e-5 from the fp64 reference, 512 0.8-2.7e-5, 2,048
   // 0.1-5.8e-5. The bound grows like the square root of the longest split, 2.5e-5 at 128 tokens
   // (1e-4 at 2,048). The prefill kernel, with single fp16 probabilities, is held to 3e-3.

@@ -31,13 +31,12 @@ struct PageFormatSpec {
   bool exact;             // decodes to exactly the BF16 values written (the dense control)
   bool rotated;           // codes live in the rotated domain: queries are rotated in, outputs rotated back
   bool appendable;        // tokens are written in place at append; otherwise made whole by conversion
-  bool tensor_core_decode;  // the CUDA split-decode kernel reads it through MMA fragments (else FMA path)
 };
 
 inline constexpr std::array<PageFormatSpec, kNumPageFormats> kPageFormats = {{
-    {PageFormat::kBf16, "bf16", 16, 0, true, false, true, false},
-    {PageFormat::kFp8, "fp8", 8, 4, false, false, true, true},
-    {PageFormat::kTq3, "tq3", 3, 2, false, true, false, true},
+    {PageFormat::kBf16, "bf16", 16, 0, true, false, true},
+    {PageFormat::kFp8, "fp8", 8, 4, false, false, true},
+    {PageFormat::kTq3, "tq3", 3, 2, false, true, false},
 }};
 
 constexpr bool table_in_enum_order() {

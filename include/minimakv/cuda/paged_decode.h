@@ -1,12 +1,12 @@
 // Mixed-format paged decode attention on the GPU: split-K over pages, one softmax over every format.
 //
 // Owns: the decode plan's fixed-capacity device buffers (the plan itself, host code: decode_plan.h),
-// and the three
-// launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation (steps that
-// read TQ3), (2) per format, one CTA per (split, KV head) reads its pages in that stored format (BF16,
-// FP8 or TQ3; all query heads of the GQA group reuse each loaded K/V tile) and writes a normalised
-// partial (m, l, O) per query head, TQ3 partials in the rotated domain; BF16 in fp32 FMAs, FP8 and TQ3
-// on fp16 tensor cores (codes exact in fp16, the query and the probabilities as hi + lo terms); the
+// and the three launches of one decode step for one layer: (1) rotate each query once per TQ3 rotation
+// (steps that read TQ3), (2) per format, one CTA per (split, KV head) reads its pages in that stored
+// format (BF16, FP8 or TQ3; all query heads of the GQA group reuse each loaded K/V tile) and writes a
+// normalised partial (m, l, O) per query head, TQ3 partials in the rotated domain; every format on
+// tensor cores (BF16 rows in bf16, FP8 and TQ3 codes in fp16, all exact; the query and the
+// probabilities as several terms, so the logits keep about fp32 accuracy); the
 // exact formats run on a side stream beside (1) and TQ3, (3) a merge per (sequence, query head)
 // combines every partial under one softmax and applies one inverse rotation to the TQ3 share.
 // Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). Running sums in
