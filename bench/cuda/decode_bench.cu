@@ -2,11 +2,15 @@
 // run, on pages written by our own append and conversion kernels, timed with CUDA events (warm-up, then
 // >= 20 timed repetitions; median and min-max). Effective bandwidth counts the K/V codes and metadata the
 // kernel reads (DecodeStats). A device-to-device copy gives the bandwidth ceiling of the same machine.
-// Usage: cuda_decode_bench [--reps N] [--quick] [--json FILE]
+// --split-tokens LIST (e.g. 128,256,512,1024) adds, for every arm, rows at those fixed split sizes
+// beside the automatic one ("fp8/s256"), the data behind the plan's automatic rule.
+// --configs LIST keeps the configurations whose names start with one of the comma-separated prefixes.
+// Usage: cuda_decode_bench [--reps N] [--quick] [--split-tokens LIST] [--configs LIST] [--json FILE]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -73,7 +77,7 @@ struct Row {
   double gbps, bytes_mb;
 };
 
-std::vector<Row> run_config(const Config& c, int reps, std::FILE* log) {
+std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& split_sizes, std::FILE* log) {
   const codec::PageGeometry geo{c.B, c.kv_heads, c.d};
   const int pages_per_seq = (c.tokens + c.B - 1) / c.B;
   const size_t n_pages = static_cast<size_t>(pages_per_seq) * c.batch;
@@ -130,19 +134,23 @@ std::vector<Row> run_config(const Config& c, int reps, std::FILE* log) {
                                                             : mixed_format(p);
         seqs[s].push_back({f, static_cast<uint32_t>(s * pages_per_seq + p + 1), static_cast<uint32_t>(tokens)});
       }
-    const auto plan = cuda::make_decode_plan(seqs, shape);
-    cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()),
-                             static_cast<int>(plan.entries.size()));
-    ws.stage(plan, views);
-    const cuda::DecodeBuffers io{q.get(), signs.get(), out.get()};
-    const Stat t = time_events(3, reps, [&] { ws.launch(views, io, nullptr); });
-    const double bytes = static_cast<double>(ws.stats().total_bytes());
-    rows.push_back({c.name,
-                    arm,
-                    ws.stats().route,
-                    {t.median * 1e3, t.lo * 1e3, t.hi * 1e3},
-                    bytes / (t.median * 1e-3) / 1e9,
-                    bytes / 1e6});
+    std::vector<int> sizes = {0};  // 0: the plan's automatic split size
+    sizes.insert(sizes.end(), split_sizes.begin(), split_sizes.end());
+    for (const int split_tokens : sizes) {
+      const auto plan = cuda::make_decode_plan(seqs, shape, split_tokens);
+      cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()),
+                               static_cast<int>(plan.entries.size()));
+      ws.stage(plan, views);
+      const cuda::DecodeBuffers io{q.get(), signs.get(), out.get()};
+      const Stat t = time_events(3, reps, [&] { ws.launch(views, io, nullptr); });
+      const double bytes = static_cast<double>(ws.stats().total_bytes());
+      rows.push_back({c.name,
+                      split_tokens ? std::string(arm) + "/s" + std::to_string(split_tokens) : std::string(arm),
+                      ws.stats().route,
+                      {t.median * 1e3, t.lo * 1e3, t.hi * 1e3},
+                      bytes / (t.median * 1e-3) / 1e9,
+                      bytes / 1e6});
+    }
   }
   // Bandwidth ceiling: a device-to-device copy of the BF16 arm's bytes (read + write counted).
   {
@@ -169,6 +177,8 @@ int main(int argc, char** argv) {
   int reps = 30;
   bool quick = false;
   const char* json = nullptr;
+  std::vector<int> split_sizes;
+  std::vector<std::string> prefixes;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::max(20, std::atoi(argv[++i]));
@@ -176,8 +186,26 @@ int main(int argc, char** argv) {
       quick = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
+    else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc)
+      for (std::string list = argv[++i], item; !list.empty();) {
+        const size_t comma = list.find(',');
+        item = list.substr(0, comma);
+        if (!item.empty()) prefixes.push_back(item);
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+    else if (!std::strcmp(argv[i], "--split-tokens") && i + 1 < argc)
+      for (const char* c = argv[++i]; *c;) {
+        char* end = nullptr;
+        const long v = std::strtol(c, &end, 10);
+        if (end == c || v < 1) {
+          std::fprintf(stderr, "cuda_decode_bench: bad --split-tokens list\n");
+          return 2;
+        }
+        split_sizes.push_back(static_cast<int>(v));
+        c = *end == ',' ? end + 1 : end;
+      }
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--json FILE]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--split-tokens LIST] [--configs LIST] [--json FILE]\n");
       return 2;
     }
   }
@@ -199,9 +227,13 @@ int main(int argc, char** argv) {
       {"b32 128K h32/8 d128 p256", 32, 131072, 32, 8, 128, 256, 0.27},
   };
   if (quick) configs.resize(3);
+  if (!prefixes.empty())
+    std::erase_if(configs, [&](const Config& c) {
+      return std::none_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return c.name.rfind(p, 0) == 0; });
+    });
   std::vector<Row> all;
   for (const auto& c : configs) {
-    auto rows = run_config(c, reps, stdout);
+    auto rows = run_config(c, reps, split_sizes, stdout);
     all.insert(all.end(), rows.begin(), rows.end());
   }
   std::FILE* jf = json ? std::fopen(json, "w") : nullptr;

@@ -113,6 +113,6 @@ if eng:
             print(f"  {os.path.basename(p)}: a run failed"); continue
         sa, sb = a["step_ms"]["median"], b["step_ms"]["median"]
         print(f"  {os.path.basename(p)[7:-12]:<22} step {sa:7.2f} {sb:7.2f} ({sb / sa:5.3f})  "
-              f"prefill {a['prefill_tokens_per_s']:8.0f} {b['prefill_tokens_per_s']:8.0f}")
+              f"prefill {a.get('prefill_tokens_per_s', 0):8.0f} {b.get('prefill_tokens_per_s', 0):8.0f}")
 print(f"\ncuda_tests rc {tests_rc}")
 PY

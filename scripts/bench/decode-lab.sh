@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The decode kernel lab: variant builds of the split kernel's tiling (tile tokens and tiles in flight per
+# page format), each a cuda_decode_bench linked against the release build's library with only
+# paged_decode.cu recompiled, validated and timed side by side on the GPU.
+#   build (development machine, after building SRC):
+#     bash scripts/bench/decode-lab.sh build NAME=BF16TT/A,FP8TT/A,TQ3TT/A[+MACRO...] ...
+#     e.g. f16a3=16/1,16/3,32/1 or pairs=16/1,32/1,32/1+MINIMAKV_DECODE_TQ3_PAIRS
+#   run (GPU machine): bash scripts/bench/decode-lab.sh run [bench args...]
+#     runs every variant's cuda_decode_bench (default args --quick) into OUT and prints one table:
+#     config, arm, then the median µs of each variant.
+# SRC=build/release, LAB=build/decode-lab, OUT=build/decode-lab-out.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=${SRC:-build/release}
+LAB=${LAB:-build/decode-lab}
+OUT=${OUT:-build/decode-lab-out}
+mode=${1:?build or run}; shift
+if [[ $mode == build ]]; then
+  flags=$(sed -n 's/^CUDA_FLAGS = //p' "$SRC/src/CMakeFiles/minimakv_cuda.dir/flags.make")
+  link=$(cat "$SRC/bench/CMakeFiles/cuda_decode_bench.dir/link.txt")
+  for spec in "$@"; do
+    name=${spec%%=*}; tiling=${spec#*=}; macros=""
+    if [[ $tiling == *+* ]]; then macros=${tiling#*+}; tiling=${tiling%%+*}; fi
+    IFS=, read -r t0 t1 t2 <<<"$tiling"
+    defs="-DMINIMAKV_DECODE_LAB"
+    for m in ${macros//+/ }; do defs+=" -D$m"; done
+    i=0
+    for t in "$t0" "$t1" "$t2"; do
+      defs+=" -DMINIMAKV_DECODE_TT_$i=${t%/*} -DMINIMAKV_DECODE_AHEAD_$i=${t#*/}"
+      i=$((i + 1))
+    done
+    dir="$LAB/$name"
+    mkdir -p "$dir"
+    # shellcheck disable=SC2086
+    nvcc $flags $defs -I include -isystem /usr/local/cuda/include -c src/cuda/paged_decode.cu -o "$dir/paged_decode.cu.o"
+    cp "$SRC/src/libminimakv_cuda.a" "$dir/"
+    ar r "$dir/libminimakv_cuda.a" "$dir/paged_decode.cu.o"
+    abs=$(realpath "$dir")
+    (cd "$SRC/bench" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/cuda_decode_bench.tmp" \
+      && mv "$abs/cuda_decode_bench.tmp" "$abs/cuda_decode_bench")
+    echo "$tiling${macros:+ +$macros}" >"$dir/tiling"
+    echo "built $dir ($tiling)"
+  done
+  exit 0
+fi
+mkdir -p "$OUT"
+args=("$@")
+[[ ${#args[@]} -eq 0 ]] && args=(--quick)
+for dir in "$LAB"/*/; do
+  name=$(basename "$dir")
+  "$dir/cuda_decode_bench" "${args[@]}" --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || echo "$name: rc $?"
+done
+python3 - "$OUT" "$LAB" <<'PY'
+import glob, json, os, sys
+out, lab = sys.argv[1], sys.argv[2]
+names = sorted(os.path.basename(p)[:-5] for p in glob.glob(f"{out}/*.json"))
+runs = {n: {(x["config"], x["arm"]): x["us_median"] for x in json.load(open(f"{out}/{n}.json"))} for n in names}
+keys = list(dict.fromkeys(k for n in names for k in runs[n]))
+tilings = {n: open(f"{lab}/{n}/tiling").read().strip() for n in names if os.path.exists(f"{lab}/{n}/tiling")}
+print("variants (tile tokens / tiles ahead for bf16, fp8, tq3):", ", ".join(f"{n} {tilings.get(n, '?')}" for n in names))
+print(f"| config | arm | " + " | ".join(names) + " |")
+print("|---|---|" + "---|" * len(names))
+for k in keys:
+    if k[1] == "d2d-copy":
+        continue
+    vals = [runs[n].get(k) for n in names]
+    best = min(v for v in vals if v is not None)
+    cells = [("**%.1f**" if v == best else "%.1f") % v if v is not None else "-" for v in vals]
+    print(f"| {k[0]} | {k[1]} | " + " | ".join(cells) + " |")
+PY
