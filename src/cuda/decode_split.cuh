@@ -1,0 +1,616 @@
+// The split body of the paged decode kernels (paged_decode.cu): what one CTA does with one split of one
+// page format for one KV head. One tensor-core body for every format (BF16, FP8, TQ3), per-warp rings of
+// cp.async half-tile slots, the tiling per format and head_dim, and the block-wide ends of an entry
+// (page scores) and of a split (its normalised partial).
+//
+// Invariants: pages are read in exactly the layouts of docs/formats.md; the softmax state is kept in
+// base 2 and written as natural-log partials (attention_device.cuh); a split's partial is deterministic
+// (warps merged in a fixed order). Included by paged_decode.cu (the kernels and launches) and, through
+// it, by the kernel lab's variant builds (scripts/bench/decode-lab.sh), which set the MINIMAKV_DECODE_*
+// tuning macros.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "attention_device.cuh"
+#include "minimakv/codec/page_format.h"
+#include "minimakv/codec/tq3.h"
+#include "minimakv/cuda/decode_plan.h"
+
+namespace minimakv::cuda::decode_detail {
+
+using namespace detail;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+struct StepParams : AttendParams {
+  const uint8_t* plan;
+  uint32_t off_seq, off_split, off_entry;
+};
+
+// The plan blob's header: {splits of every format, batch, entries, 0}.
+__device__ inline int plan_batch(const uint8_t* plan) {
+  return reinterpret_cast<const int32_t*>(plan)[1];
+}
+
+// End of one entry's pages scores: every warp has put its (m, l) per query head in red_m / red_l; the
+// first G threads merge them and write the page's (m_p, l_p) in natural log. Block-wide (all threads).
+template <int GM>
+__device__ inline void write_page_stats(const StepParams& p, int ei, const float (*red_m)[GM],
+                                        const float (*red_l)[GM]) {
+  __syncthreads();
+  const int G = p.group;
+  if (static_cast<int>(threadIdx.x) < G) {
+    const int g = threadIdx.x;
+    float mm = -INFINITY, ll = 0.0f, c1, c2;
+    for (int w = 0; w < kWarps; ++w) merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+    const size_t o = static_cast<size_t>(ei) * p.q_heads + static_cast<size_t>(blockIdx.y) * G + g;
+    p.page_m[o] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+    p.page_l[o] = ll;
+  }
+  __syncthreads();
+}
+
+// End of a split: every warp has put its (m, l) per query head and its unnormalised output rows in
+// red_m / red_l / red_acc; they are merged in warp order and written as the split's normalised partial.
+// Block-wide (all threads).
+template <int D, int GM>
+__device__ inline void write_partials(const StepParams& p, int split, const float (*red_m)[GM],
+                                      const float (*red_l)[GM], const float (*red_acc)[GM][D]) {
+  __syncthreads();
+  const int G = p.group;
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    float mm = -INFINITY, ll = 0.0f, a = 0.0f, c1, c2;
+    for (int w = 0; w < kWarps; ++w) {
+      merge_ml(mm, ll, red_m[w][g], red_l[w][g], c1, c2);
+      a = a * c1 + red_acc[w][g][d] * c2;
+    }
+    const size_t qh = static_cast<size_t>(split) * p.q_heads + static_cast<size_t>(blockIdx.y) * G + g;
+    p.part_o[qh * D + d] = ll > 0.0f ? a / ll : 0.0f;
+    if (d == 0) {
+      p.part_m[qh] = ll > 0.0f ? mm * kLn2 : -INFINITY;
+      p.part_l[qh] = ll;
+    }
+  }
+}
+
+// One plan entry's rows for KV head h (K and V codes, K and V row scales) and the end of the token
+// range the split reads of it.
+struct EntryRows {
+  const uint8_t *kc, *vc, *km, *vm;
+  int t_end;
+};
+
+__device__ inline EntryRows entry_rows(const DeviceLayout& L, const uint8_t* base, const PlanEntry& en,
+                                       const PlanSplit& sp, int h) {
+  const uint8_t* page = base + static_cast<size_t>(en.page_id) * L.page_bytes;
+  return {page + static_cast<size_t>(h) * L.code_stride, page + L.v_codes + static_cast<size_t>(h) * L.code_stride,
+          page + L.k_meta + static_cast<size_t>(h) * L.meta_stride,
+          page + L.v_meta + static_cast<size_t>(h) * L.meta_stride, min(sp.tok_end, static_cast<int>(en.tokens))};
+}
+
+// ---- The split body: one tensor-core path for BF16, FP8 and TQ3 pages ----
+//
+// Per warp and tile of TT tokens (32, or 16 where rows are 256 bytes or more), with the split's tiles
+// taken round-robin by the warps across its pages:
+//   S = K Q^T on m16n8k16 tiles: rows are tokens (TT / 16 blocks of 16), the 8 columns the group's
+//   query heads (G <= 8; the rest zero). K codes are exact in the MMA type (BF16 rows in bf16; E4M3
+//   values and TQ3 levels in fp16, docs/formats.md); the query enters as hi + lo terms of that type, two
+//   or three MMAs per fragment, so the logits keep about fp32 accuracy.
+//   O^T += V^T P^T: rows are head dims (D / 16 blocks), k the tile's tokens, P (times each token's V
+//   scale) again as hi + lo terms. Fragments are read straight from the staged rows, no dense copy.
+// The fragments' k order is a permutation of dims (QK) or tokens (PV), the same for both operands, and
+// the output rows a permutation of dims undone when the warp's rows are written out.
+//
+// Staging: each warp streams its tiles through a ring of 2 A + 1 half-tile slots in shared memory, K and
+// V of a tile copied asynchronously as separate commit groups, A tiles ahead: while the warp computes
+// QK of tile i, V(i) and K, V of tiles i + 1 .. i + A - 1 and K(i + A) are in flight; while it computes
+// PV of tile i, K, V of tiles i + 1 .. i + A. K(i) sits in slot 2 i, V(i) in 2 i + 1 (mod 2 A + 1), so
+// K(i + A) takes the slot V(i - 1) has left and V(i + A) the one K(i) has.
+
+constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA group fits
+
+// Tile tokens and tiles ahead per format and head_dim, as the kernel lab measured them on an H200
+// (docs/benchmarks.md). A lab variant build (scripts/bench/decode-lab.sh) defines MINIMAKV_DECODE_LAB and,
+// per format index f, MINIMAKV_DECODE_TT_f and MINIMAKV_DECODE_AHEAD_f, for every head_dim.
+struct Tiling {
+  int tokens, ahead;
+};
+template <codec::PageFormat F, int D>
+constexpr Tiling decode_tiling() {
+#ifdef MINIMAKV_DECODE_LAB
+  constexpr Tiling lab[3] = {{MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_AHEAD_0},
+                             {MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_AHEAD_1},
+                             {MINIMAKV_DECODE_TT_2, MINIMAKV_DECODE_AHEAD_2}};
+  return lab[codec::format_index(F)];
+#else
+  // BF16 rows of 256 bytes or more: 16-token tiles, one ahead; FP8: 32-token tiles one ahead, 16 two ahead
+  // at 256-byte rows (head_dim 256); TQ3: 32-token tiles, one ahead.
+  constexpr int row = static_cast<int>(codec::format_row_bytes(F, D));
+  if constexpr (F == codec::PageFormat::kTq3) return {32, 1};
+  if constexpr (F == codec::PageFormat::kFp8) return row >= 256 ? Tiling{16, 2} : Tiling{32, 1};
+  return {row >= 256 ? 16 : 32, 1};
+#endif
+}
+
+template <codec::PageFormat F, int D>
+struct TileGeom {
+  static constexpr int kRow = static_cast<int>(codec::format_row_bytes(F, D));
+  static constexpr int TT = decode_tiling<F, D>().tokens;  // tokens per tile: 16 or 32
+  static_assert((TT == 16 || TT == 32) && decode_tiling<F, D>().ahead >= 1 && decode_tiling<F, D>().ahead <= 3,
+                "decode tiling out of range");
+  static constexpr int kPiece = kRow % 16 == 0 ? 16 : 8;
+  // Strides: lanes (g, t) read rows g and g + 8 (QK) and rows t + 4 j (PV) at 4 (FP8, TQ3) or 8 (BF16)
+  // bytes a lane. FP8 and TQ3 K rows take an odd number of pieces (FP8: 4 t + 36 g words, 32 banks);
+  // BF16 rows, and FP8 V rows, a stride of 8 words mod 32 (each half-warp phase on 32 distinct banks).
+  static constexpr int kKStride =
+      F == codec::PageFormat::kBf16 ? kRow + 32 : ((kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece);
+  static constexpr int kVStride = F == codec::PageFormat::kTq3 ? kRow : kRow + 32;
+  static constexpr int kSlot = TT * (kKStride > kVStride ? kKStride : kVStride);
+  // Tiles in flight: as asked, but no more than 210 KB of rings per CTA hold (the rest of the 227 KB
+  // a CTA may have is the query fragments and the softmax scratch).
+  static constexpr int kRingBudget = 210 * 1024;
+  static constexpr int kAheadFit = (kRingBudget / (kWarps * kSlot) - 1) / 2;
+  static constexpr int kAhead = decode_tiling<F, D>().ahead < kAheadFit ? decode_tiling<F, D>().ahead : kAheadFit;
+  static_assert(kAhead >= 1, "decode tiling: one tile ahead does not fit in shared memory");
+  static constexpr int kSlots = 2 * kAhead + 1;
+  static constexpr int kWarpBytes = kSlots * kSlot;
+};
+
+// Terms of the query in QK: the logits keep about fp32 accuracy (BF16 needs a third term for that).
+template <codec::PageFormat F>
+inline constexpr int kQueryTerms = F == codec::PageFormat::kBf16 ? 3 : 2;
+
+// TQ3 codes become fp16 fragments through the 64-entry pair table in shared memory. (A 4,096-entry
+// quad table, four codes to two registers with one lookup, measured 1.4-1.7x slower on an H200: random
+// 8-byte lookups into 32 KB conflict on the banks; docs/benchmarks.md.)
+template <codec::PageFormat F>
+inline constexpr size_t kLevelTableBytes = F == codec::PageFormat::kTq3 ? sizeof(uint32_t) * 64 : 0;
+
+// Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | rings or red_acc].
+template <codec::PageFormat F, int D>
+struct SplitSmem {
+  static constexpr size_t kQf = 0;  // uint2 [D / 16][terms][32]: per k-step, term and lane {b0, b1}
+  static constexpr size_t kPs = kQf + sizeof(uint2) * (D / 16) * kQueryTerms<F> * 32;
+  static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * TileGeom<F, D>::TT * kMmaCols;
+  static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * kMmaCols;
+  static constexpr size_t kTable = (kRedL + sizeof(float) * kWarps * kMmaCols + 15) / 16 * 16;
+  static constexpr size_t kRing = (kTable + kLevelTableBytes<F> + 15) / 16 * 16;
+  static constexpr size_t kRingBytes = static_cast<size_t>(kWarps) * TileGeom<F, D>::kWarpBytes;
+  static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * kMmaCols * D;
+  static constexpr size_t kBytes = kRing + (kRingBytes > kRedAccBytes ? kRingBytes : kRedAccBytes);
+  static_assert(kBytes <= 227 * 1024, "decode split: more shared memory than an sm_90 CTA may have");
+};
+
+// A warp's position in its split: the tile at token `tile` of entry `ei` (ei == entry_end: done), and
+// the split's tile count in the entries before ei. The warps take the split's tiles round-robin across
+// its pages, not afresh on each page: a split of short pages (two 64-token pages) then gives every warp
+// one tile instead of two to half the warps.
+struct TileCursor {
+  int ei, tile, before;
+};
+
+__device__ inline int entry_tok_end(const PlanEntry* entries, const PlanSplit& sp, int ei) {
+  return min(sp.tok_end, static_cast<int>(entries[ei].tokens));
+}
+
+// This warp's first tile in entry ei or after it, `before` tiles preceding entry ei.
+template <int TT>
+__device__ inline TileCursor seek_tile(const PlanEntry* entries, const PlanSplit& sp, int ei, int before, int warp) {
+  for (; ei < sp.entry_end; ++ei) {
+    const int n_tiles = (max(0, entry_tok_end(entries, sp, ei) - sp.tok_begin) + TT - 1) / TT;
+    const int first = (warp - before % kWarps + kWarps) % kWarps;
+    if (first < n_tiles) return {ei, sp.tok_begin + first * TT, before};
+    before += n_tiles;
+  }
+  return {sp.entry_end, 0, before};
+}
+
+template <int TT>
+__device__ inline TileCursor next_tile(const PlanEntry* entries, const PlanSplit& sp, const TileCursor& c, int warp) {
+  if (c.ei >= sp.entry_end) return c;
+  const int t_end = entry_tok_end(entries, sp, c.ei);
+  if (c.tile + kWarps * TT < t_end) return {c.ei, c.tile + kWarps * TT, c.before};
+  const int n_tiles = (max(0, t_end - sp.tok_begin) + TT - 1) / TT;
+  return seek_tile<TT>(entries, sp, c.ei + 1, c.before + n_tiles, warp);
+}
+
+// Starts the asynchronous copy of rows [0, n) (n may be 0) into a ring slot as one commit group.
+template <class TG>
+__device__ inline void stage_rows(const uint8_t* rows, int n, int stride, uint8_t* slot) {
+  constexpr int kPieces = TG::kRow / TG::kPiece;
+  for (int pc = static_cast<int>(threadIdx.x & 31); pc < n * kPieces; pc += 32) {
+    const int r = pc / kPieces, q = pc % kPieces;
+    __pipeline_memcpy_async(slot + r * stride + q * TG::kPiece, rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+  }
+  __pipeline_commit();
+}
+
+// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8 and BF16:
+// 16 ks + 4 t. TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits),
+// four per step.
+template <codec::PageFormat F>
+__device__ inline int qk_dim(int ks, int t) {
+  if constexpr (F == codec::PageFormat::kTq3)
+    return 64 * (ks / 4) + 16 * t + 4 * (ks % 4);
+  else
+    return 16 * ks + 4 * t;
+}
+
+// Codes [16 t, 16 t + 16) of 64-code chunk c of a staged TQ3 row, 3 bits each from bit 0.
+__device__ inline uint64_t tq3_codes16(const uint8_t* row, int c, int t) {
+  const auto* w = reinterpret_cast<const uint32_t*>(row) + 6 * c + ((3 * t) >> 1);
+  const uint64_t v = (static_cast<uint64_t>(w[1]) << 32) | w[0];
+  return v >> (16 * (t & 1));
+}
+
+// The 12 bits of codes [d, d + 4) of a staged TQ3 row of D codes (d a multiple of 4).
+template <int D>
+__device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
+  constexpr int kWords = 3 * D / 32;
+  const auto* w = reinterpret_cast<const uint32_t*>(row);
+  const int bit = 3 * d, wi = bit >> 5;
+  const uint32_t hi = wi + 1 < kWords ? w[wi + 1] : 0u;
+  return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
+}
+
+// The MMA of format F's fragments: bf16 for BF16 pages, fp16 for FP8 and TQ3.
+template <codec::PageFormat F>
+__device__ inline void mma_tile(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (F == codec::PageFormat::kBf16)
+    mma16816_bf16(c, a, b0, b1);
+  else
+    mma16816(c, a, b0, b1);
+}
+
+// (x0, x1) as N terms of format F's MMA type, two values a register: each term rounds what the terms
+// before it left (hi = round(x), lo = round(x - hi), ...). Two fp16 terms keep 22 bits of x, two bf16
+// terms 16 and three 24.
+template <codec::PageFormat F, int N>
+__device__ inline void split_terms(float x0, float x1, uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (F == codec::PageFormat::kBf16) {
+      r[i] = pack_bf162(x0, x1);
+      x0 -= bf16_lo(r[i]);
+      x1 -= bf16_hi(r[i]);
+    } else {
+      const __half2 h = __floats2half2_rn(x0, x1);
+      r[i] = *reinterpret_cast<const uint32_t*>(&h);
+      x0 -= __low2float(h);
+      x1 -= __high2float(h);
+    }
+  }
+}
+
+// The QK fragments (A operand) of k-steps [4 c, 4 c + 4) for lane (g, t): rows r0 (token g of the
+// block) and r1 (token g + 8). pairs: the TQ3 level-pair table.
+template <codec::PageFormat F, int D>
+__device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, const uint32_t* pairs,
+                                uint32_t (&a)[4][4]) {
+  if constexpr (F == codec::PageFormat::kTq3) {
+    const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = pairs[(v0 >> (12 * kk)) & 63u];
+      a[kk][1] = pairs[(v1 >> (12 * kk)) & 63u];
+      a[kk][2] = pairs[(v0 >> (12 * kk + 6)) & 63u];
+      a[kk][3] = pairs[(v1 >> (12 * kk + 6)) & 63u];
+    }
+  } else if constexpr (F == codec::PageFormat::kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int ks = 4 * c + kk;
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(r0 + 16 * ks + 4 * t);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(r1 + 16 * ks + 4 * t);
+      a[kk][0] = fp8x2_to_half2(w0);
+      a[kk][1] = fp8x2_to_half2(w1);
+      a[kk][2] = fp8x2_to_half2(w0 >> 16);
+      a[kk][3] = fp8x2_to_half2(w1 >> 16);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int ks = 4 * c + kk;
+      const uint2 w0 = *reinterpret_cast<const uint2*>(r0 + 32 * ks + 8 * t);
+      const uint2 w1 = *reinterpret_cast<const uint2*>(r1 + 32 * ks + 8 * t);
+      a[kk][0] = w0.x;
+      a[kk][1] = w1.x;
+      a[kk][2] = w0.y;
+      a[kk][3] = w1.y;
+    }
+  }
+}
+
+// The PV fragments (A operand, V^T) of output dims d .. d + 3 (row blocks a0: d, d + 1 and a1: d + 2,
+// d + 3) for lane (g, t) over the 16 tokens of k-step kt: tokens t + 4 j at vrow + (16 kt + 4 j) stride.
+// Tokens at or past n are read as zero: a padding row may hold NaN codes (its P is 0).
+template <codec::PageFormat F, int D>
+__device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int d, int t, int n,
+                                    const uint32_t* pairs, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  if constexpr (F == codec::PageFormat::kTq3) {
+    uint32_t c[4];  // TQ3 codes are always finite levels: padding rows need no mask
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * stride, d);
+    auto pair = [&](int ja, int jb, int e) {
+      return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
+    };
+    a0[0] = pair(0, 1, 0);
+    a0[1] = pair(0, 1, 1);
+    a0[2] = pair(2, 3, 0);
+    a0[3] = pair(2, 3, 1);
+    a1[0] = pair(0, 1, 2);
+    a1[1] = pair(0, 1, 3);
+    a1[2] = pair(2, 3, 2);
+    a1[3] = pair(2, 3, 3);
+  } else if constexpr (F == codec::PageFormat::kFp8) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint32_t*>(vrow + (16 * kt + 4 * j) * stride + d) : 0u;
+    const uint32_t x01 = __byte_perm(w[0], w[1], 0x5140), y01 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t x23 = __byte_perm(w[2], w[3], 0x5140), y23 = __byte_perm(w[2], w[3], 0x7362);
+    a0[0] = fp8x2_to_half2(x01);
+    a0[1] = fp8x2_to_half2(x01 >> 16);
+    a0[2] = fp8x2_to_half2(x23);
+    a0[3] = fp8x2_to_half2(x23 >> 16);
+    a1[0] = fp8x2_to_half2(y01);
+    a1[1] = fp8x2_to_half2(y01 >> 16);
+    a1[2] = fp8x2_to_half2(y23);
+    a1[3] = fp8x2_to_half2(y23 >> 16);
+  } else {
+    uint2 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint2*>(vrow + (16 * kt + 4 * j) * stride + 2 * d)
+                                     : make_uint2(0u, 0u);
+    // bf16 of dim d (low half) and d + 1 (high half) of tokens (t, t + 4) and (t + 8, t + 12).
+    a0[0] = __byte_perm(w[0].x, w[1].x, 0x5410);
+    a0[1] = __byte_perm(w[0].x, w[1].x, 0x7632);
+    a0[2] = __byte_perm(w[2].x, w[3].x, 0x5410);
+    a0[3] = __byte_perm(w[2].x, w[3].x, 0x7632);
+    a1[0] = __byte_perm(w[0].y, w[1].y, 0x5410);
+    a1[1] = __byte_perm(w[0].y, w[1].y, 0x7632);
+    a1[2] = __byte_perm(w[2].y, w[3].y, 0x5410);
+    a1[3] = __byte_perm(w[2].y, w[3].y, 0x7632);
+  }
+}
+
+template <codec::PageFormat F, int D>
+__device__ __forceinline__ void attend_split(const StepParams& p, int split, uint8_t* smem) {
+  using SM = SplitSmem<F, D>;
+  using TG = TileGeom<F, D>;
+  constexpr int TT = TG::TT, MB = D / 16, KB = TT / 16;  // MB: QK k-steps, PV row blocks; KB: token blocks
+  constexpr int A = TG::kAhead;
+  constexpr int NQ = kQueryTerms<F>;
+  auto* qf = reinterpret_cast<uint2*>(smem + SM::kQf);
+  auto* ps = reinterpret_cast<float(*)[TT][kMmaCols]>(smem + SM::kPs);
+  auto* red_m = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedM);
+  auto* red_l = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedL);
+  auto* pairs = reinterpret_cast<uint32_t*>(smem + SM::kTable);
+  const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  uint8_t* ring = smem + SM::kRing + static_cast<size_t>(warp) * TG::kWarpBytes;
+  // pairs[a | b << 3] = {level a, level b} as fp16x2: two TQ3 codes to one fragment register.
+  if (F == codec::PageFormat::kTq3 && threadIdx.x < 64)
+    pairs[threadIdx.x] = pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
+                                    codec::tq3_level(static_cast<int>(threadIdx.x >> 3)));
+  const int G = p.group;
+  {
+    const float* qsrc = (kRotatedFormat<F> ? p.q_rot : p.q) +
+                        (static_cast<size_t>(sp.seq) * p.q_heads + static_cast<size_t>(h) * G) * D;
+    const float qscale = p.scale * kLog2e;
+    for (int i = threadIdx.x; i < MB * 32; i += kThreads) {
+      const int ks = i / 32, qg = (i % 32) >> 2, d0 = qk_dim<F>(ks, i & 3);
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (qg < G)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = qsrc[qg * D + d0 + j] * qscale;
+      uint32_t b0[NQ], b1[NQ];
+      split_terms<F, NQ>(x[0], x[1], b0);
+      split_terms<F, NQ>(x[2], x[3], b1);
+#pragma unroll
+      for (int j = 0; j < NQ; ++j) qf[(ks * NQ + j) * 32 + (i % 32)] = make_uint2(b0[j], b1[j]);
+    }
+  }
+  const DeviceLayout L = p.pools.layout[codec::format_index(F)];
+  const uint8_t* base = p.pools.base[codec::format_index(F)];
+  const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  // The first A tiles' K and V go out before the block waits for the query fragments.
+  TileCursor cur = seek_tile<TT>(entries, sp, sp.entry_begin, 0, warp), lead = cur;  // lead: A - 1 tiles ahead
+  int slot = 0;  // ring slot of the current tile's K; its V is in slot + 1, K(i + A) goes to slot + 2 A
+  auto slot_at = [&](int s) { return ring + (s % TG::kSlots) * TG::kSlot; };
+  auto stage_tile_half = [&](const TileCursor& c, bool v_half, uint8_t* dst) {
+    int n = 0;
+    const uint8_t* rows = nullptr;
+    if (c.ei < sp.entry_end) {
+      const EntryRows er = entry_rows(L, base, entries[c.ei], sp, h);
+      n = min(TT, er.t_end - c.tile);
+      rows = (v_half ? er.vc : er.kc) + static_cast<size_t>(c.tile) * TG::kRow;
+    }
+    stage_rows<TG>(rows, n, v_half ? TG::kVStride : TG::kKStride, dst);
+  };
+  stage_tile_half(lead, false, slot_at(0));
+  stage_tile_half(lead, true, slot_at(1));
+#pragma unroll
+  for (int a = 1; a < A; ++a) {
+    lead = next_tile<TT>(entries, sp, lead, warp);
+    stage_tile_half(lead, false, slot_at(2 * a));
+    stage_tile_half(lead, true, slot_at(2 * a + 1));
+  }
+  __syncthreads();
+  // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+  float acc[MB][4];
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
+  const bool want_pages = p.page_m != nullptr;
+  for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
+    float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
+    while (cur.ei == ei) {
+      const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
+      const int n = min(TT, er.t_end - cur.tile);
+      lead = next_tile<TT>(entries, sp, lead, warp);
+      stage_tile_half(lead, false, slot_at(slot + 2 * A));
+      // Row scales of the tokens of this lane's C rows: 16 (j / 2) + g + 8 (j % 2) at [j].
+      float ksc[2 * KB], vsc[2 * KB];
+#pragma unroll
+      for (int j = 0; j < 2 * KB; ++j) {
+        const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+        const size_t mo = static_cast<size_t>(cur.tile + tok) * L.meta;
+        ksc[j] = tok < n ? load_meta<F>(er.km + mo) : 0.0f;
+        vsc[j] = tok < n ? load_meta<F>(er.vm + mo) : 0.0f;
+      }
+      __pipeline_wait_prior(2 * A);  // K of this tile; the 2 A groups after it may still be in flight
+      __syncwarp();
+      const uint8_t* st_k = slot_at(slot);
+      float s[KB][4];
+#pragma unroll
+      for (int mb = 0; mb < KB; ++mb) {
+        s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
+        if (16 * mb >= n) continue;  // warp-uniform: a block of padding rows only
+        const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
+        const uint8_t* r1 = r0 + 8 * TG::kKStride;
+        // 64 dims (four k-steps, hi and lo) per tensor-core sum from zero, added up in fp32 (see PV).
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          uint32_t a[4][4];
+          qk_chunk<F, D>(r0, r1, c, t, pairs, a);
+          float part[4] = {};
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int j = 0; j < NQ; ++j) {
+              const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
+              mma_tile<F>(part, a[kk], qv.x, qv.y);
+            }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
+        }
+      }
+      // Softmax over the tile for columns 2 t + i; C element [mb][2 r + i] is token 16 mb + g + 8 r.
+      float corrs[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2 * KB; ++j) {
+          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+          float& x = s[j >> 1][2 * (j & 1) + i];
+          x = tok < n ? x * ksc[j] : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float mn = fmaxf(m[i], mx);  // finite: token 0 of a tile is always valid
+        const float corr = exp2f(m[i] - mn);
+        m[i] = mn;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2 * KB; ++j) {
+          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+          const float pr = exp2f(s[j >> 1][2 * (j & 1) + i] - mn);  // 0 for padding rows
+          sum += pr;
+          ps[warp][tok][2 * t + i] = pr * vsc[j];
+        }
+        lsum[i] = lsum[i] * corr + sum;
+        corrs[i] = corr;
+        if (want_pages) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+          float c1, c2;
+          merge_ml(pm[i], pl[i], mn, sum, c1, c2);
+        }
+      }
+      __syncwarp();  // every lane is done with this K slot and has written its P
+      stage_tile_half(lead, true, slot_at(slot));
+      // O^T += V^T P^T over the tile's 16-token k-steps; lane (g, t) takes tokens t + 4 j, j = 0..3, of a
+      // step and output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is
+      // summed on the tensor cores from zero and added to the running output in fp32 with the tile's
+      // rescale: tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
+      const int steps = n > 16 ? 2 : 1;  // warp-uniform; at most KB
+      uint32_t b_hi[KB][2], b_lo[KB][2];
+#pragma unroll
+      for (int kt = 0; kt < KB; ++kt) {
+        float pv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pv[j] = ps[warp][16 * kt + t + 4 * j][g];
+        uint32_t t01[2], t23[2];
+        split_terms<F, 2>(pv[0], pv[1], t01);
+        split_terms<F, 2>(pv[2], pv[3], t23);
+        b_hi[kt][0] = t01[0];
+        b_lo[kt][0] = t01[1];
+        b_hi[kt][1] = t23[0];
+        b_lo[kt][1] = t23[1];
+      }
+      __pipeline_wait_prior(2 * A);  // V of this tile; the next A tiles' K and V may still be in flight
+      __syncwarp();
+      const uint8_t* vrow = slot_at(slot + 1) + t * TG::kVStride;  // token t; t + 4 j + 16 kt at a fixed offset
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int d = 4 * (8 * k + g);
+        float tmp[2][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < KB; ++kt) {
+          if (kt >= steps) break;
+          uint32_t a0[4], a1[4];
+          pv_fragments<F, D>(vrow, TG::kVStride, kt, d, t, n, pairs, a0, a1);
+          mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
+      }
+      __syncwarp();  // every lane is done with this V slot and with ps
+      cur = next_tile<TT>(entries, sp, cur, warp);
+      slot += 2;
+    }
+    if (want_pages) {
+      if (g == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          red_m[warp][2 * t + i] = pm[i];
+          red_l[warp][2 * t + i] = pl[i];
+        }
+      }
+      write_page_stats<kMmaCols>(p, ei, red_m, red_l);
+    }
+  }
+  __pipeline_wait_prior(0);  // the empty groups of the last tile: nothing may still write the ring
+  // Combine the warps through shared memory (red_acc overlays the rings, so wait for every warp).
+  __syncthreads();
+  auto* red_acc = reinterpret_cast<float(*)[kMmaCols][D]>(smem + SM::kRing);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = lsum[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    if (g == 0) {
+      red_m[warp][2 * t + i] = m[i];
+      red_l[warp][2 * t + i] = l;
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      red_acc[warp][2 * t + (c & 1)][4 * (8 * (mb >> 1) + g) + 2 * (mb & 1) + (c >> 1)] = acc[mb][c];
+  write_partials<D, kMmaCols>(p, split, red_m, red_l, red_acc);
+}
+
+}  // namespace minimakv::cuda::decode_detail
