@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "minimakv/cuda/paged_prefill.h"
+#include "minimakv/cuda/prefill_plan.h"
 #include "test_util.h"
 
 namespace minimakv {

@@ -1,7 +1,7 @@
 // Tiled (flash-style) causal prefill attention over paged K/V in mixed formats, on tensor cores.
 //
-// Owns: the prefill plan (query tiles x key splits of each sequence) and the launches that attend a
-// prefill chunk of several sequences for one layer. A CTA takes one query tile (64 rows: tokens x the
+// Owns: the device buffers and the launches that attend a prefill chunk of several sequences for one
+// layer (the plan, query tiles x key splits of each sequence, is host code: prefill_plan.h). A CTA takes one query tile (64 rows: tokens x the
 // query heads of one GQA group) and one key split (pages of ONE stored format, BF16, FP8 or TQ3), loads
 // each 64-key tile of those pages once, decodes it into shared memory and runs QK^T and PV as fp16
 // mma.sync with fp32 accumulation and a base-2 online softmax. TQ3 keys are never un-rotated: the query
@@ -28,47 +28,9 @@
 
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/paged_decode.h"
+#include "minimakv/cuda/prefill_plan.h"
 
 namespace minimakv::cuda {
-
-// One sequence of a prefill call: `n` query rows at positions first..first+n-1, stored at rows
-// [row_begin, row_begin + n) of q and out; `pages` are the pages the LAST row may see, in logical order
-// (page p holds positions [p * tokens_per_page, ...)).
-struct PrefillSeq {
-  int row_begin = 0, n = 0;
-  uint32_t first = 0;
-  std::vector<PageRef> pages;
-};
-
-// Device plan records (trivially copyable).
-struct PrefillSeqRec {
-  int32_t row_begin, n, first, pages, tile_begin;
-  int32_t score_offset;  // of the sequence's pages in PrefillBuffers::score_acc
-  int64_t stats_offset;  // of the sequence's [row][page][q_head] block in page_m / page_l
-};
-struct PrefillSplitRec {
-  int32_t seq, format, entry_begin, entry_end, tok_begin, tok_end;
-};
-struct PrefillWorkRec {
-  int32_t split, tile_token;  // first token (relative to the sequence's chunk) of the query tile
-};
-
-struct PrefillPlan {
-  int tile_tokens = 0;  // query tokens per tile: 64 / GQA ratio
-  std::vector<PrefillSeqRec> seqs;
-  std::vector<PlanEntry> entries;  // grouped by (sequence, format), logical order inside a group
-  std::vector<PrefillSplitRec> splits;
-  std::vector<PrefillWorkRec> works;     // grouped by query tile
-  std::vector<int32_t> tile_work_begin;  // [tiles + 1]
-  int rows = 0;
-  int64_t stats_size = 0;  // floats of page_m (and of page_l): sum of n * pages * q_heads
-  std::array<uint64_t, codec::kNumPageFormats> key_reads{};  // (key token, KV head) rows the CTAs read
-};
-
-// split_tokens: keys per split (0: chosen so the grid fills the GPU). Throws std::invalid_argument on an
-// inconsistent shape or page list (a null page id, token counts outside [1, tokens_per_page], rows that
-// overlap, a last row whose position lies outside the listed pages).
-PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens = 0);
 
 struct PrefillBuffers {
   const float* q = nullptr;      // [rows][q_heads][head_dim]
