@@ -3,9 +3,13 @@
 // TQ3 when the question is read (chunked prefill with a retier checkpoint after each chunk).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "minimakv/backend/cpu_ops.h"
 #include "minimakv/engine/generate.h"
@@ -138,8 +142,11 @@ TEST(Engine, SamplingIsSeededAndTopPRestricts) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   std::normal_distribution<float> g;
+  // Standard-normal logits over 64 tokens: the top token's probability stays far below 0.9, so the 0.9
+  // nucleus always holds several tokens. (Twice that spread once gave a one-token nucleus: a draw of the
+  // test, not of the sampler, failed.)
   std::vector<float> logits(64);
-  for (auto& x : logits) x = 2.0f * g(rng);
+  for (auto& x : logits) x = g(rng);
   uint64_t a = 42, b = 42;
   std::vector<int32_t> sa, sb;
   for (int i = 0; i < 200; ++i) {
@@ -147,6 +154,23 @@ TEST(Engine, SamplingIsSeededAndTopPRestricts) {
     sb.push_back(sample_token(logits, 1.0f, 0.9f, b));
   }
   EXPECT_EQ(sa, sb);
+  // The 0.9 nucleus in fp64, independently: the most likely tokens until their mass reaches 0.9 (a hair
+  // above, so that rounding at the boundary cannot make a correct draw look wrong).
+  std::vector<std::pair<double, int32_t>> probs;
+  double total = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    probs.emplace_back(std::exp(static_cast<double>(logits[i])), static_cast<int32_t>(i));
+    total += probs.back().first;
+  }
+  std::sort(probs.begin(), probs.end(), std::greater<>());
+  std::set<int32_t> nucleus;
+  double mass = 0.0;
+  for (size_t k = 0; k < probs.size() && mass < (0.9 + 1e-6) * total; ++k) {
+    mass += probs[k].first;
+    nucleus.insert(probs[k].second);
+  }
+  ASSERT_GT(nucleus.size(), 1u);
+  for (const int32_t t : sa) EXPECT_TRUE(nucleus.count(t)) << "token " << t << " is outside the 0.9 nucleus";
   EXPECT_GT(std::set<int32_t>(sa.begin(), sa.end()).size(), 1u);  // it does sample
   uint64_t c = 7;
   EXPECT_EQ(sample_token(logits, 0.0f, 1.0f, c), argmax(logits));
