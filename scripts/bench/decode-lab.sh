@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The decode kernel lab: variant builds of the split kernel's tiling (tile tokens and tiles in flight per
-# page format), each a cuda_decode_bench linked against the release build's library with only
+# The decode kernel lab: variant builds of the split kernel's tuning (tile tokens and tiles in flight per
+# page format, optionally CTAs per SM), each a cuda_decode_bench linked against the release build's library with only
 # paged_decode.cu (with the split body it includes, decode_split.cuh) recompiled, timed side by side on
 # the GPU (the variants' correctness: build the chosen one as the default and run cuda_tests).
 #   build (development machine, after building SRC):
 #     bash scripts/bench/decode-lab.sh build NAME=BF16TT/A,FP8TT/A,TQ3TT/A[+MACRO...] ...
-#     e.g. f16a3=16/1,16/3,32/1 or pairs=16/1,32/1,32/1+MINIMAKV_DECODE_TQ3_PAIRS
+#     e.g. f16a3=16/1,16/3,32/1 or mb4=16/1,32/1,32/1+MINIMAKV_DECODE_MIN_BLOCKS=4
 #   run (GPU machine): bash scripts/bench/decode-lab.sh run [bench args...]
 #     runs every variant's cuda_decode_bench (default args --quick) into OUT and prints one table:
 #     config, arm, then the median µs of each variant.
