@@ -171,6 +171,17 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
   return rows;
 }
 
+// The non-empty items of a comma-separated list.
+std::vector<std::string> comma_list(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) items.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,22 +198,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
     else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc)
-      for (std::string list = argv[++i], item; !list.empty();) {
-        const size_t comma = list.find(',');
-        item = list.substr(0, comma);
-        if (!item.empty()) prefixes.push_back(item);
-        list = comma == std::string::npos ? "" : list.substr(comma + 1);
-      }
+      prefixes = comma_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--split-tokens") && i + 1 < argc)
-      for (const char* c = argv[++i]; *c;) {
+      for (const std::string& item : comma_list(argv[++i])) {
         char* end = nullptr;
-        const long v = std::strtol(c, &end, 10);
-        if (end == c || v < 1) {
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (*end != '\0' || v < 1) {
           std::fprintf(stderr, "cuda_decode_bench: bad --split-tokens list\n");
           return 2;
         }
         split_sizes.push_back(static_cast<int>(v));
-        c = *end == ',' ? end + 1 : end;
       }
     else {
       std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--split-tokens LIST] [--configs LIST] [--json FILE]\n");

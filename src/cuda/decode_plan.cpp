@@ -6,14 +6,11 @@
 
 #include "minimakv/codec/page_layout.h"
 #include "minimakv/codec/rotation.h"
+#include "require.h"
 
 namespace minimakv::cuda {
 
 namespace {
-
-void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(what);
-}
 
 // Aim for about one CTA per SM of a 132-SM part (each warp of a CTA then streams several tiles through
 // its ring, and the merge has few partials); splits of 128..1024 tokens. Measured on an H200 against
@@ -27,13 +24,14 @@ int auto_split_tokens(size_t tokens, const DecodeShape& shape) {
 
 }  // namespace
 
-void validate_decode_shape(const DecodeShape& s) {
-  codec::require_supported_head_dim(s.head_dim, "DecodeWorkspace");
-  require(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0,
-          "DecodeWorkspace: q_heads must be a positive multiple of kv_heads");
-  require(s.q_heads / s.kv_heads <= 8, "DecodeWorkspace: GQA ratio above 8 is not supported");
-  require(s.tokens_per_page >= 1 && s.tokens_per_page <= codec::kMaxTokensPerPage,
-          "DecodeWorkspace: tokens_per_page out of range");
+void validate_decode_shape(const DecodeShape& s, const char* where) {
+  codec::require_supported_head_dim(s.head_dim, where);
+  auto check = [where](bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(std::string(where) + ": " + what);
+  };
+  check(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0, "q_heads must be a positive multiple of kv_heads");
+  check(s.q_heads / s.kv_heads <= 8, "GQA ratio above 8 is not supported");
+  check(s.tokens_per_page >= 1 && s.tokens_per_page <= codec::kMaxTokensPerPage, "tokens_per_page out of range");
 }
 
 int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape) {

@@ -11,6 +11,7 @@
 
 #include "attention_device.cuh"
 #include "decode_split.cuh"
+#include "require.h"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_decode.h"
 
@@ -212,14 +213,6 @@ void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNu
   if (tq3 && exact) side.join(st);
   merge_kernel<D><<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p);
   if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);
-}
-
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument(what);
-}
-// Literal messages are not turned into strings unless they are thrown: checks run per split and page.
-void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(what);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "attention_device.cuh"
+#include "require.h"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_prefill.h"
 
@@ -476,10 +477,6 @@ void launch_prefill(const PrefillParams& p, int max_pages, cudaStream_t st) {
     prefill_row_total_kernel<<<p.rows, (p.q_heads + 31) / 32 * 32, 0, st>>>(p);
     prefill_page_score_kernel<<<dim3(max_pages, p.n_seqs), 256, 0, st>>>(p);
   }
-}
-
-void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(what);
 }
 
 size_t align16(size_t n) {

@@ -2,34 +2,17 @@
 
 #include <algorithm>
 #include <climits>
-#include <stdexcept>
 #include <string>
 
 #include "minimakv/codec/page_layout.h"
-#include "minimakv/codec/rotation.h"
+#include "require.h"
 
 namespace minimakv::cuda {
 
-namespace {
-
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument(what);
-}
-// Literal messages are not turned into strings unless they are thrown: checks run per page.
-void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(what);
-}
-
-}  // namespace
-
 PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens) {
-  codec::require_supported_head_dim(shape.head_dim, "make_prefill_plan");
-  require(shape.kv_heads > 0 && shape.q_heads > 0 && shape.q_heads % shape.kv_heads == 0,
-          "make_prefill_plan: q_heads must be a positive multiple of kv_heads");
+  validate_decode_shape(shape, "make_prefill_plan");
   const int G = shape.q_heads / shape.kv_heads;
-  require(G <= 8, "make_prefill_plan: GQA ratio above 8 is not supported");
   const int B = shape.tokens_per_page;
-  require(B >= 1 && B <= codec::kMaxTokensPerPage, "make_prefill_plan: tokens_per_page out of range");
   require(!seqs.empty(), "make_prefill_plan: no sequences");
   PrefillPlan plan;
   plan.tile_tokens = kPrefillTileRows / G;

@@ -53,7 +53,8 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
 // workspace needs before the plan exists (a captured graph's launches are sized before each step's plan).
 int decode_split_bound(std::span<const uint32_t> seq_tokens, const DecodeShape& shape);
 
-// Throws std::invalid_argument for an unsupported shape (head_dim, GQA ratio above 8, page size).
-void validate_decode_shape(const DecodeShape& shape);
+// Throws std::invalid_argument for an unsupported shape (head_dim, GQA ratio above 8, page size); the
+// message starts with `where`. The prefill plan checks its shape with it too.
+void validate_decode_shape(const DecodeShape& shape, const char* where = "DecodeWorkspace");
 
 }  // namespace minimakv::cuda
