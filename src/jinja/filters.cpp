@@ -1,8 +1,10 @@
 // Jinja2's builtin filters and tests (the ones chat templates use), with transformers' `tojson`.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "interpreter.h"
 #include "strings.h"
@@ -35,7 +37,11 @@ Value attribute_path(const Value& item, const std::string& path) {
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
       return std::isdigit(static_cast<unsigned char>(c));
     });
-    v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    // Python's int has no bound: an index past int64 is past every list's end, as INT64_MAX is.
+    int64_t index = 0;
+    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+      index = std::numeric_limits<int64_t>::max();
+    v = digits ? get_item(v, Value(index)) : get_item(v, Value(part));
     if (dot == std::string::npos) break;
     pos = dot + 1;
   }

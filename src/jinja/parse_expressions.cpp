@@ -133,13 +133,8 @@ ExprPtr Parser::parse_primary() {
       while (cur().type == Tok::kString) s += t_[i_++].text;  // adjacent literals concatenate
       return std::make_unique<Literal>(line, Value(std::move(s)));
     }
-    case Tok::kInt: {
-      ++i_;
-      int64_t v = 0;
-      const auto r = std::from_chars(k.text.data(), k.text.data() + k.text.size(), v);
-      if (r.ec != std::errc()) throw Error("TemplateSyntaxError", "integer literal out of range", line);
-      return std::make_unique<Literal>(line, Value(v));
-    }
+    case Tok::kInt:
+      return parse_int_literal();
     case Tok::kFloat: {
       ++i_;
       return std::make_unique<Literal>(line, Value(std::strtod(k.text.c_str(), nullptr)));
@@ -216,6 +211,14 @@ void Parser::parse_call_args(std::vector<ExprPtr>& args, std::vector<Kwarg>& kwa
   expect_op(")");
 }
 
+ExprPtr Parser::parse_int_literal() {
+  const auto& k = t_[i_++];
+  int64_t v = 0;
+  const auto r = std::from_chars(k.text.data(), k.text.data() + k.text.size(), v);
+  if (r.ec != std::errc()) throw Error("TemplateSyntaxError", "integer literal out of range", k.line);
+  return std::make_unique<Literal>(k.line, Value(v));
+}
+
 ExprPtr Parser::parse_postfix(ExprPtr e) {
   while (true) {
     const int line = cur().line;
@@ -224,9 +227,7 @@ ExprPtr Parser::parse_postfix(ExprPtr e) {
       if (cur().type == Tok::kName) {
         e = std::make_unique<GetAttr>(line, std::move(e), t_[i_++].text);
       } else if (cur().type == Tok::kInt) {
-        e = std::make_unique<GetItem>(
-            line, std::move(e),
-            std::make_unique<Literal>(line, Value(static_cast<int64_t>(std::stoll(t_[i_++].text)))));
+        e = std::make_unique<GetItem>(line, std::move(e), parse_int_literal());
       } else {
         fail("expected a name after '.', got " + describe(cur()));
       }

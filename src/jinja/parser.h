@@ -69,6 +69,8 @@ class Parser {
   ExprPtr parse_compare();
   ExprPtr parse_unary(bool with_filter);
   ExprPtr parse_primary();
+  // The integer literal token at the cursor (consumed); TemplateSyntaxError when it overflows int64.
+  ExprPtr parse_int_literal();
   void parse_call_args(std::vector<ExprPtr>& args, std::vector<Kwarg>& kwargs);
   ExprPtr parse_postfix(ExprPtr e);
   // obj[i], obj[a:b:c], or obj[i, j] (a tuple key, as Jinja2 allows)

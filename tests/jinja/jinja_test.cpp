@@ -82,6 +82,11 @@ TEST(Jinja, ErrorsNameTheirKind) {
   EXPECT_EQ(error_kind("{{ 1 / 0 }}"), "ZeroDivisionError");
   EXPECT_EQ(error_kind("{% include 'x' %}"), "TemplateSyntaxError");
   EXPECT_EQ(error_kind("{% for x in y %}"), "TemplateSyntaxError");
+  // Integers past int64, as a literal and as a '.N' subscript (found by the fuzzer: it used to escape as
+  // std::out_of_range), and as a digit part of an attribute path, which reads past every list's end.
+  EXPECT_EQ(error_kind("{{ 99999999999999999999 }}"), "TemplateSyntaxError");
+  EXPECT_EQ(error_kind("{{ x.99999999999999999999 }}"), "TemplateSyntaxError");
+  EXPECT_EQ(render("{{ xs | map(attribute='99999999999999999999') | list | length }}", R"({"xs": [[1], [2]]})"), "2");
   try {
     Template::parse("a\nb\n{{ 1 + }}");
     FAIL() << "no error";
