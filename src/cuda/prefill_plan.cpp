@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <numeric>
 #include <string>
 
 #include "minimakv/codec/page_layout.h"
@@ -9,21 +11,37 @@
 
 namespace minimakv::cuda {
 
+namespace {
+
+// CTAs (query tile x key split x KV head) of a plan with splits of `split_tokens` keys, counting the
+// keys each tile's last row sees (pages of every format together: a close enough estimate).
+double estimated_ctas(std::span<const PrefillSeq> seqs, int tile_tokens, int kv_heads, int split_tokens) {
+  double ctas = 0;
+  for (const auto& s : seqs)
+    for (int k = 0; k * tile_tokens < s.n; ++k) {
+      const double seen = static_cast<double>(s.first) + std::min(s.n, (k + 1) * tile_tokens);
+      ctas += std::ceil(seen / split_tokens) * kv_heads;
+    }
+  return ctas;
+}
+
+}  // namespace
+
 PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens) {
   validate_decode_shape(shape, "make_prefill_plan");
   const int G = shape.q_heads / shape.kv_heads;
   const int B = shape.tokens_per_page;
   require(!seqs.empty(), "make_prefill_plan: no sequences");
   PrefillPlan plan;
-  plan.tile_tokens = kPrefillTileRows / G;
-  const int TQ = plan.tile_tokens;
+  plan.tile_tokens = prefill_tile_rows(shape.head_dim) / G;
+  plan.key_tile = prefill_key_tile(shape.head_dim);
+  const int TQ = plan.tile_tokens, KT = plan.key_tile;
+  const int slot = prefill_page_slot(B, KT);
   if (split_tokens <= 0) {
-    // Enough CTAs (tiles x splits x KV heads) for about 8 per SM of a 132-SM part.
-    double work = 0;
-    for (const auto& s : seqs)
-      work += static_cast<double>((s.n + TQ - 1) / TQ) * (static_cast<double>(s.first) + s.n) * shape.kv_heads;
-    split_tokens = 256;
-    while (split_tokens < 4096 && 2.0 * split_tokens <= work / (132 * 8)) split_tokens *= 2;
+    // One CTA per SM at a time (132 SMs): long splits keep the partials and the merge small; at least
+    // six waves of CTAs keep the causal triangle's uneven works from leaving SMs idle at the end.
+    split_tokens = 16384;
+    while (split_tokens > 512 && estimated_ctas(seqs, TQ, shape.kv_heads, split_tokens) < 6 * 132) split_tokens /= 2;
   }
   const int per_split = std::max(1, split_tokens / B);  // whole pages per split (page partials need it)
   int rows = 0, tiles = 0;
@@ -67,18 +85,25 @@ PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShap
       for (size_t sp = split0; sp < plan.splits.size(); ++sp) {
         const PlanSplit& rec = plan.splits[sp];
         if (static_cast<int64_t>(plan.entries[rec.entry_begin].logical) * B > tile_last) continue;
-        plan.works.push_back({static_cast<int32_t>(sp), k * TQ});
+        int64_t keys = 0;  // key index (in slots) just past the last key the tile's last row sees
         for (int e = rec.entry_begin; e < rec.entry_end; ++e) {
           const int64_t start = static_cast<int64_t>(plan.entries[e].logical) * B;
           const int64_t n = std::min<int64_t>(plan.entries[e].tokens, tile_last - start + 1);
-          if (n > 0) plan.key_reads[rec.format] += static_cast<uint64_t>(n) * shape.kv_heads;
+          if (n <= 0) break;  // entries are in logical order: the rest lie past the tile too
+          plan.key_reads[rec.format] += static_cast<uint64_t>(n) * shape.kv_heads;
+          keys = static_cast<int64_t>(e - rec.entry_begin) * slot + n;
         }
+        plan.works.push_back({static_cast<int32_t>(sp), k * TQ, static_cast<int32_t>((keys + KT - 1) / KT)});
       }
       plan.tile_work_begin.push_back(static_cast<int32_t>(plan.works.size()));
     }
   }
   plan.rows = rows;
   plan.stats_size = stats;
+  plan.launch_order.resize(plan.works.size());
+  std::iota(plan.launch_order.begin(), plan.launch_order.end(), 0);
+  std::stable_sort(plan.launch_order.begin(), plan.launch_order.end(),
+                   [&](int32_t a, int32_t b) { return plan.works[a].key_tiles > plan.works[b].key_tiles; });
   return plan;
 }
 

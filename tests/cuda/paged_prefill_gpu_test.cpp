@@ -1,7 +1,8 @@
 // Tiled tensor-core prefill against the fp64 reference over the same dequantized pages and against the
-// CPU mixed kernel: every head_dim and GQA ratio, page sizes 16..832, chunks that start mid-sequence
-// and mid-page, several sequences in one call, random format mixes; per-page partials turned into page
-// scores against the fp64 collector; the byte accounting; bad plans.
+// CPU mixed kernel, for each kernel the GPU has (mma.sync everywhere, wgmma on Hopper): every head_dim
+// and GQA ratio, page sizes 16..832, chunks that start mid-sequence and mid-page, several sequences in
+// one call, random format mixes; per-page partials turned into page scores against the fp64 collector;
+// the byte accounting; bad plans.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -26,8 +27,15 @@ struct PrefillResult {
 };
 
 // Attends the last chunks[b] tokens of every sequence of `s` in one call and checks them.
+// The prefill kernels this GPU runs.
+std::vector<cuda::PrefillKernel> kernels() {
+  std::vector<cuda::PrefillKernel> k{cuda::PrefillKernel::kMma};
+  if (cuda::prefill_wgmma_available()) k.push_back(cuda::PrefillKernel::kWgmma);
+  return k;
+}
+
 PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, const std::vector<int>& chunks,
-                          bool scores, int split_tokens = 0) {
+                          bool scores, int split_tokens = 0, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
   const int d = s.geo.head_dim, H = s.geo.kv_heads, B = s.geo.tokens_per_page;
   const cuda::DecodeShape shape{q_heads, H, d, B, 0.0f};
   std::vector<cuda::PrefillSeq> seqs;
@@ -65,7 +73,7 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
                           scores ? dpl.get() : nullptr,
                           scores ? dacc.get() : nullptr,
                           0.5f};
-  cuda::PrefillWorkspace ws(shape);
+  cuda::PrefillWorkspace ws(shape, kernel);
   ws.run(plan, s.pool->views(), io, nullptr);
   cuda::check(cudaDeviceSynchronize(), "prefill");
   std::vector<float> out(q.size()), m(dm.size()), l(dm.size()), pm(dpm.size()), pl(dpm.size());
@@ -132,32 +140,37 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
 TEST(GpuPrefill, EveryHeadDimAndGqaRatioMatchesTheReference) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
-  double worst = 0;
-  for (int d : {64, 128, 256}) {
-    for (int g = 1; g <= 8; ++g) {
-      const int H = g <= 4 ? 2 : 1;
-      const int B = (g % 2) ? 16 : 64;
-      auto s = testing::make_gpu_pages(rng, {B, H, d}, {70, 333, 900 + g}, testing::random_format_mix(rng));
-      SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(g) + " B=" + std::to_string(B));
-      const auto r = run_prefill(rng, s, g * H, {70, 1 + g, 130 + 7 * g}, g % 3 == 0);
-      worst = std::max(worst, r.gpu_vs_ref);
+  for (const auto kernel : kernels()) {
+    double worst = 0;
+    for (int d : {64, 128, 256}) {
+      for (int g = 1; g <= 8; ++g) {
+        const int H = g <= 4 ? 2 : 1;
+        const int B = (g % 2) ? 16 : 64;
+        auto s = testing::make_gpu_pages(rng, {B, H, d}, {70, 333, 900 + g}, testing::random_format_mix(rng));
+        SCOPED_TRACE(std::string(cuda::to_string(kernel)) + " d=" + std::to_string(d) + " G=" + std::to_string(g) +
+                     " B=" + std::to_string(B));
+        const auto r = run_prefill(rng, s, g * H, {70, 1 + g, 130 + 7 * g}, g % 3 == 0, 0, kernel);
+        worst = std::max(worst, r.gpu_vs_ref);
+      }
     }
+    std::printf("prefill %s: worst gpu-ref %.2e over d 64/128/256, G 1..8\n", cuda::to_string(kernel), worst);
   }
-  std::printf("prefill: worst gpu-ref %.2e over d 64/128/256, G 1..8\n", worst);
 }
 
 TEST(GpuPrefill, PageSizesChunksAndSplits) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
-  for (int B : {16, 48, 128, 832}) {
-    auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {3000, 2 * B + 7, 513}, testing::random_format_mix(rng));
-    for (int split : {0, 128, 1024}) {
-      SCOPED_TRACE("B=" + std::to_string(B) + " split=" + std::to_string(split));
-      const auto r = run_prefill(rng, s, 4, {512, B + 3, 513}, split != 128, split);
-      std::printf("B=%d split=%d: gpu-ref %.2e cpu-ref %.2e scores %.2e\n", B, split, r.gpu_vs_ref, r.cpu_vs_ref,
-                  r.score_err);
+  for (const auto kernel : kernels())
+    for (int B : {16, 48, 100, 128, 832}) {
+      auto s = testing::make_gpu_pages(rng, {B, 2, 128}, {3000, 2 * B + 7, 513}, testing::random_format_mix(rng));
+      for (int split : {0, 128, 1024}) {
+        SCOPED_TRACE(std::string(cuda::to_string(kernel)) + " B=" + std::to_string(B) +
+                     " split=" + std::to_string(split));
+        const auto r = run_prefill(rng, s, 4, {512, B + 3, 513}, split != 128, split, kernel);
+        std::printf("%s B=%d split=%d: gpu-ref %.2e cpu-ref %.2e scores %.2e\n", cuda::to_string(kernel), B, split,
+                    r.gpu_vs_ref, r.cpu_vs_ref, r.score_err);
+      }
     }
-  }
 }
 
 TEST(GpuPrefill, RecentFp8OverTq3HistoryLikeTheEngine) {
@@ -166,8 +179,13 @@ TEST(GpuPrefill, RecentFp8OverTq3HistoryLikeTheEngine) {
   // The engine's layout after a few chunks: the sink and the chunk's pages FP8, the rest TQ3.
   auto engine_like = [](int, int p, int np) { return (p == 0 || p >= np - 9) ? PageFormat::kFp8 : PageFormat::kTq3; };
   auto s = testing::make_gpu_pages(rng, {64, 2, 128}, {4096, 2600}, engine_like);
-  const auto r = run_prefill(rng, s, 4, {512, 512}, true);
-  std::printf("engine-like: gpu-ref %.2e cpu-ref %.2e scores %.2e\n", r.gpu_vs_ref, r.cpu_vs_ref, r.score_err);
+  for (const auto kernel : kernels())
+    for (const bool scores : {true, false}) {
+      SCOPED_TRACE(std::string(cuda::to_string(kernel)) + (scores ? " with scores" : ""));
+      const auto r = run_prefill(rng, s, 4, {512, 512}, scores, 0, kernel);
+      std::printf("engine-like %s%s: gpu-ref %.2e cpu-ref %.2e scores %.2e\n", cuda::to_string(kernel),
+                  scores ? " +scores" : "", r.gpu_vs_ref, r.cpu_vs_ref, r.score_err);
+    }
 }
 
 TEST(GpuPrefill, AccountingCountsEveryKeyTileRead) {
@@ -175,13 +193,12 @@ TEST(GpuPrefill, AccountingCountsEveryKeyTileRead) {
   auto all = [](PageFormat f) { return [f](int, int, int) { return f; }; };
   auto s = testing::make_gpu_pages(rng, {64, 2, 128}, {640}, all(PageFormat::kFp8));
   const cuda::DecodeShape shape{4, 2, 128, 64, 0.0f};
-  // 64 rows at positions 576..639: every query tile (32 tokens) sees all 10 pages.
+  // 64 rows at positions 576..639: one query tile (64 tokens of 2 heads) sees all 10 pages, per KV head.
   const std::vector<cuda::PrefillSeq> seqs{{0, 64, 576, s.seqs[0]}};
   const auto plan = cuda::make_prefill_plan(seqs, shape, 256);
-  EXPECT_EQ(plan.tile_tokens, 32);
-  EXPECT_EQ(plan.tile_work_begin.size(), 3u);
-  // Tile 0 (positions 576..607) reads 608 keys, tile 1 all 640; per KV head.
-  EXPECT_EQ(plan.key_reads[1], (608u + 640u) * 2u);
+  EXPECT_EQ(plan.tile_tokens, 64);
+  EXPECT_EQ(plan.tile_work_begin.size(), 2u);
+  EXPECT_EQ(plan.key_reads[1], 640u * 2u);
   EXPECT_EQ(plan.key_reads[0] + plan.key_reads[2], 0u);
   cuda::PrefillWorkspace ws(shape);
   cuda::DeviceArray<float> q(64 * 4 * 128), out(q.size());
@@ -222,6 +239,12 @@ TEST(GpuPrefill, BadPlansAreRejected) {
   cuda::DeviceArray<float> q(10 * 8 * 128), out(q.size());
   const auto signs = cuda::upload_rotation_signs(1, 2, 128, codec::kDefaultRotationSeed);
   EXPECT_THROW(other.run(plan, s.pool->views(), {q.get(), signs.get(), out.get()}, nullptr), std::invalid_argument);
+  // kAuto takes wgmma exactly where it runs; asking for it elsewhere is refused.
+  EXPECT_EQ(cuda::PrefillWorkspace(shape).kernel(),
+            cuda::prefill_wgmma_available() ? cuda::PrefillKernel::kWgmma : cuda::PrefillKernel::kMma);
+  if (!cuda::prefill_wgmma_available()) {
+    EXPECT_THROW(cuda::PrefillWorkspace(shape, cuda::PrefillKernel::kWgmma), std::invalid_argument);
+  }
 }
 
 }  // namespace

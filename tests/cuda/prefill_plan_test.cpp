@@ -1,9 +1,12 @@
 // The prefill plan is host code and runs without a GPU: every page a row's position reaches is read by
-// exactly one work of that row's query tile (and no work reads only pages past its tile), splits hold
-// whole pages of one format, the offsets of the per-page partials and page scores tile their buffers,
-// the byte accounting matches a brute-force count, and bad inputs are refused.
+// exactly one work of that row's query tile (and no work reads only pages past its tile), a work's key
+// tiles reach exactly the tile of the last key its tile sees, the launch order is a permutation with the
+// longest works first, splits hold whole pages of one format, the offsets of the per-page partials and
+// page scores tile their buffers, the byte accounting matches a brute-force count, and bad inputs are
+// refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -22,9 +25,10 @@ struct Case {
 };
 
 Case random_case(std::mt19937_64& rng) {
-  const int B = std::array{16, 48, 64, 256}[rng() % 4];
+  const int B = std::array{16, 48, 64, 100, 256}[rng() % 5];
   const int kv = 1 + static_cast<int>(rng() % 2), G = 1 + static_cast<int>(rng() % 8);
-  Case c{{G * kv, kv, 128, B, 0.0f}, {}};
+  const int d = std::array{64, 128, 256}[rng() % 3];
+  Case c{{G * kv, kv, d, B, 0.0f}, {}};
   const int n_seqs = 1 + static_cast<int>(rng() % 3);
   int rows = 0;
   uint32_t next_id = 1;
@@ -51,7 +55,10 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
     const int split_tokens = std::array{0, 128, 1024}[trial % 3];
     const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, split_tokens);
     const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
-    ASSERT_EQ(plan.tile_tokens, 64 / G);
+    ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 ? 64 : 128) / G);
+    ASSERT_EQ(plan.key_tile, c.shape.head_dim > 128 ? 32 : 64);
+    const int slot = B >= plan.key_tile ? (B + plan.key_tile - 1) / plan.key_tile * plan.key_tile : B;
+    ASSERT_EQ(cuda::prefill_page_slot(B, plan.key_tile), slot);
     ASSERT_EQ(plan.seqs.size(), c.seqs.size());
     int64_t stats = 0;
     int32_t score_pages = 0, tiles = 0, rows = 0;
@@ -76,13 +83,18 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
           EXPECT_EQ(sp.tok_begin, 0);
           EXPECT_EQ(sp.tok_end, B);
           EXPECT_LE(static_cast<int64_t>(plan.entries[sp.entry_begin].logical) * B, last) << "work past its tile";
+          int64_t last_key = -1;  // key index (slot space) of the last key the tile's last row sees
           for (int e = sp.entry_begin; e < sp.entry_end; ++e) {
             const auto& en = plan.entries[e];
             EXPECT_EQ(en.seq, s);
             EXPECT_EQ(static_cast<int>(in.pages[en.logical].format), sp.format);
             EXPECT_EQ(en.page_id, in.pages[en.logical].page_id);
             ++seen[en.logical];
+            for (uint32_t t = 0; t < en.tokens; ++t)
+              if (en.logical * B + t <= last) last_key = static_cast<int64_t>(e - sp.entry_begin) * slot + t;
           }
+          ASSERT_GE(last_key, 0);
+          EXPECT_EQ(work.key_tiles, last_key / plan.key_tile + 1) << "key tiles of a work";
         }
         for (uint32_t p = 0; p <= last / B; ++p) {
           EXPECT_EQ(seen[p], 1) << "page " << p << " of tile " << k;
@@ -96,6 +108,15 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
       score_pages += static_cast<int32_t>(in.pages.size());
     }
     EXPECT_EQ(plan.rows, rows);
+    ASSERT_EQ(plan.launch_order.size(), plan.works.size());
+    std::vector<int> hits(plan.works.size());
+    for (size_t i = 0; i < plan.launch_order.size(); ++i) {
+      ++hits.at(plan.launch_order[i]);
+      if (i > 0) {
+        EXPECT_GE(plan.works[plan.launch_order[i - 1]].key_tiles, plan.works[plan.launch_order[i]].key_tiles);
+      }
+    }
+    EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; })) << "launch order";
     EXPECT_EQ(plan.stats_size, stats);
     EXPECT_EQ(plan.tile_work_begin.size(), static_cast<size_t>(tiles) + 1);
     EXPECT_EQ(plan.tile_work_begin.back(), static_cast<int>(plan.works.size()));
@@ -107,17 +128,21 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
 }
 
 TEST(PrefillPlan, SplitsFillTheGpuAndStayWithinBounds) {
-  // One 512-token chunk at 16K context, GQA 2, 64-token pages: splits of 256..4096 tokens, enough works
-  // for the 132 SMs, whole pages only.
+  // One 512-token chunk at 16K context, GQA 2, 64-token pages: 8 query tiles; splits shrink from 16K
+  // keys towards six CTAs per SM of a 132-SM part and stop at their 512-key floor; whole pages only.
   cuda::PrefillSeq s{0, 512, 16384 - 512, {}};
   for (uint32_t p = 0; p < 256; ++p) s.pages.push_back({p < 248 ? PageFormat::kTq3 : PageFormat::kFp8, p + 1, 64});
   const auto plan = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{s}, {4, 2, 128, 64, 0.0f});
-  EXPECT_EQ(plan.tile_tokens, 32);
-  EXPECT_GE(plan.works.size() * 2, 264u);
-  for (const auto& sp : plan.splits) {
-    EXPECT_GE((sp.entry_end - sp.entry_begin) * 64, 64);
-    EXPECT_LE((sp.entry_end - sp.entry_begin) * 64, 4096);
-  }
+  EXPECT_EQ(plan.tile_tokens, 64);
+  EXPECT_EQ(plan.splits.size(), 32u);  // 248 TQ3 pages in 31 splits, 8 FP8 pages in one
+  EXPECT_GE(plan.works.size() * 2, 500u);
+  for (const auto& sp : plan.splits) EXPECT_EQ((sp.entry_end - sp.entry_begin) * 64, 512);
+  // A 4K chunk at 32K: enough tiles that splits stay at their longest.
+  cuda::PrefillSeq big{0, 4096, 32768 - 4096, {}};
+  for (uint32_t p = 0; p < 128; ++p) big.pages.push_back({PageFormat::kBf16, p + 1, 256});
+  const auto wide = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{big}, {32, 8, 128, 256, 0.0f});
+  EXPECT_EQ(wide.splits.size(), 2u);
+  EXPECT_EQ(wide.splits[0].entry_end - wide.splits[0].entry_begin, 64);
 }
 
 TEST(PrefillPlan, BadInputsAreRefused) {

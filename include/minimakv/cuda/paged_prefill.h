@@ -1,20 +1,21 @@
 // Tiled (flash-style) causal prefill attention over paged K/V in mixed formats, on tensor cores.
 //
 // Owns: the device buffers and the launches that attend a prefill chunk of several sequences for one
-// layer (the plan, query tiles x key splits of each sequence, is host code: prefill_plan.h). A CTA takes one query tile (64 rows: tokens x the
-// query heads of one GQA group) and one key split (pages of ONE stored format, BF16, FP8 or TQ3), loads
-// each 64-key tile of those pages once, decodes it into shared memory and runs QK^T and PV as fp16
-// mma.sync with fp32 accumulation and a base-2 online softmax. TQ3 keys are never un-rotated: the query
-// is rotated once (q' = R q), values are accumulated in the rotated domain, and the merge applies one
-// inverse rotation to the TQ3 share. Every partial (m, l, O) of a row is merged under one softmax, so
-// no dense copy of the cache exists at any point. Tiles past a tile's last query position are skipped
-// (causal), and keys past a row's position are masked.
-// Precision: the query enters the tensor cores as two fp16 terms (hi + lo) against K codes that are
-// exact in fp16 (FP8 codes, BF16 values; TQ3 levels round to 11 bits), so logits, the softmax and the
-// per-page partials behind the page scores are close to fp32. The softmax weights and the scaled V
-// values are single fp16 terms, so the output matches an fp64 reference over the same dequantized
-// pages to a few 1e-4 relative L2, far below the FP8 codec's own error. The decode kernels
-// (paged_decode.h) stay fp32 throughout.
+// layer (the plan, query tiles x key splits of each sequence, is host code: prefill_plan.h). A CTA
+// takes one query tile (128 rows at head_dim <= 128, 64 at 256: tokens x the query heads of one GQA
+// group) and one key split (pages of ONE stored format, BF16, FP8 or TQ3) of one KV head. Its producer
+// warps copy each key tile's K/V codes with cp.async two tiles ahead and decode them to fp16 in shared
+// memory; its consumer warps run QK^T and PV as fp16 mma.sync with fp32 accumulation and a base-2 online
+// softmax, masking only tiles that reach past the tile's first query (src/cuda/prefill_tile.cuh). TQ3
+// keys are never un-rotated: the query is rotated once (q' = R q), values are accumulated in the
+// rotated domain, and the merge applies one inverse rotation to the TQ3 share. Every partial (m, l, O)
+// of a row is merged under one softmax, so no dense copy of the cache exists at any point.
+// Precision: K codes enter the tensor cores exactly (FP8 codes, BF16 values in fp16's normal range;
+// TQ3 levels round to 11 bits) and V values with their scale as fp16. The query is one fp16 term, or
+// two (hi + lo) when per-page partials are asked for, so page scores see logits close to fp32; the
+// softmax weights are fp16. The output matches an fp64 reference over the same dequantized pages to
+// about 1e-3 relative L2, far below the FP8 codec's own error. The decode kernels (paged_decode.h) stay
+// close to fp32 throughout.
 // Softmax partials are in the NATURAL logarithm at every output. Supported: head_dim 64/128/256, GQA
 // ratios 1..8, any page size the store allows, partial last pages, any format mix and page order.
 #pragma once
@@ -49,11 +50,19 @@ struct PrefillBuffers {
   float score_weight = 1.0f;
 };
 
+// The tensor-core instructions the CTA's consumers use: wgmma (Hopper, sm_90a) or mma.sync (any GPU the
+// build targets). kAuto picks wgmma where it is available.
+enum class PrefillKernel { kAuto, kMma, kWgmma };
+const char* to_string(PrefillKernel k);
+// Whether this build has the wgmma kernel and the current device loads it (compute capability 9.0).
+bool prefill_wgmma_available();
+
 // Device buffers of prefill calls, grown on demand (never inside a captured graph). One call at a time
 // per workspace: run() waits until the previous call's plan copy has left the pinned staging buffer.
 class PrefillWorkspace {
  public:
-  explicit PrefillWorkspace(const DecodeShape& shape);
+  // Throws std::invalid_argument for an unsupported shape, or kWgmma where it is not available.
+  explicit PrefillWorkspace(const DecodeShape& shape, PrefillKernel kernel = PrefillKernel::kAuto);
   ~PrefillWorkspace();
   PrefillWorkspace(const PrefillWorkspace&) = delete;
   PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
@@ -62,9 +71,11 @@ class PrefillWorkspace {
   // per format). Throws std::invalid_argument when the plan does not fit the shape or reads a format
   // the pools lack (nothing is launched then).
   DecodeStats run(const PrefillPlan& plan, const PoolViews& pools, const PrefillBuffers& io, cudaStream_t stream);
+  PrefillKernel kernel() const { return kernel_; }  // never kAuto
 
  private:
   DecodeShape shape_;
+  PrefillKernel kernel_ = PrefillKernel::kMma;
   size_t blob_cap_ = 0, rows_cap_ = 0, works_cap_ = 0;
   PinnedArray<uint8_t> staging_;
   DeviceArray<uint8_t> plan_;

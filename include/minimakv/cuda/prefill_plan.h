@@ -2,10 +2,13 @@
 // host code that builds and is tested without nvcc (like the decode plan, with whose records it shares
 // its vocabulary: PageRef, PlanEntry, PlanSplit).
 //
-// Owns: the prefill sequence description, the plan records the device reads (trivially copyable) and
-// make_prefill_plan. Invariants of a plan: entries are grouped by (sequence, format), logical order
-// inside a group; a split holds whole pages of one format of one sequence; works are grouped by query
-// tile (tile_work_begin) and a tile meets only the splits whose first key its last query can see;
+// Owns: the prefill tiling (query rows and keys per tile, by head_dim), the prefill sequence
+// description, the plan records the device reads (trivially copyable) and make_prefill_plan.
+// Invariants of a plan: entries are grouped by (sequence, format), logical order inside a group; a
+// split holds whole pages of one format of one sequence; works are grouped by query tile
+// (tile_work_begin) and a tile meets only the splits whose first key its last query can see; a work's
+// key_tiles cover every key of its split that its tile's last query can see and end at the tile that
+// holds the last such key; launch_order lists every work once, those with the most key tiles first;
 // every sequence's page partials (stats_offset) and page scores (score_offset) tile their buffers.
 // cuda/paged_prefill.h stages a plan into device memory and runs it.
 #pragma once
@@ -16,12 +19,20 @@
 #include <vector>
 
 #include "minimakv/codec/page_format.h"
+#include "minimakv/codec/portable.h"
 #include "minimakv/cuda/decode_plan.h"
 
 namespace minimakv::cuda {
 
-// Query rows (tokens x the GQA group's query heads) of one prefill CTA: 4 warps x 16 mma rows.
-inline constexpr int kPrefillTileRows = 64;
+// Query rows (tokens x the query heads of one GQA group) of one prefill CTA: its four MMA warps take 32
+// rows each at head_dim <= 128 and 16 at 256, where a row's fp32 output takes twice the registers.
+MINIMAKV_HD constexpr int prefill_tile_rows(int head_dim) {
+  return head_dim > 128 ? 64 : 128;
+}
+// Keys of one K/V tile the CTA stages at a time (the fp16 tiles of 256-wide rows take twice the bytes).
+MINIMAKV_HD constexpr int prefill_key_tile(int head_dim) {
+  return head_dim > 128 ? 32 : 64;
+}
 
 // One sequence of a prefill call: `n` query rows at positions first..first+n-1, stored at rows
 // [row_begin, row_begin + n) of q and out; `pages` are the pages the LAST row may see, in logical order
@@ -40,19 +51,28 @@ struct PrefillSeqRec {
 };
 struct PrefillWorkRec {
   int32_t split, tile_token;  // first token (relative to the sequence's chunk) of the query tile
+  int32_t key_tiles;          // key tiles of the split the CTA reads (>= 1)
 };
 
 struct PrefillPlan {
-  int tile_tokens = 0;  // query tokens per tile: kPrefillTileRows / GQA ratio
+  int tile_tokens = 0;  // query tokens per tile: prefill_tile_rows / GQA ratio
+  int key_tile = 0;     // keys per K/V tile (prefill_key_tile)
   std::vector<PrefillSeqRec> seqs;
   std::vector<PlanEntry> entries;        // grouped by (sequence, format), logical order inside a group
   std::vector<PlanSplit> splits;         // whole pages of one format of one sequence
   std::vector<PrefillWorkRec> works;     // grouped by query tile
   std::vector<int32_t> tile_work_begin;  // [tiles + 1]
+  std::vector<int32_t> launch_order;     // work indices, most key tiles first (ties in work order)
   int rows = 0;
   int64_t stats_size = 0;  // floats of page_m (and of page_l): sum of n * pages * q_heads
   std::array<uint64_t, codec::kNumPageFormats> key_reads{};  // (key token, KV head) rows the CTAs read
 };
+
+// Keys a split's tiles address per page: whole key tiles for pages of at least one tile, else the page
+// itself (several pages share a tile). Key index i of a split is token i % slot of its entry i / slot.
+MINIMAKV_HD constexpr int prefill_page_slot(int tokens_per_page, int key_tile) {
+  return tokens_per_page >= key_tile ? (tokens_per_page + key_tile - 1) / key_tile * key_tile : tokens_per_page;
+}
 
 // split_tokens: keys per split (0: chosen so the grid fills the GPU). Throws std::invalid_argument on an
 // inconsistent shape or page list (a null page id, token counts outside [1, tokens_per_page], rows that

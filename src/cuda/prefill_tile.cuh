@@ -1,0 +1,601 @@
+// The shared part of the prefill attention CTA (paged_prefill.cu launches it): one query tile of one
+// sequence against one key split (pages of one format) for one KV head.
+//
+// Owns: the tiling of a CTA per (format, head_dim, query terms, MMA kind), its shared-memory layout, the
+// producer warps that stage and decode K/V tiles, and the pieces both consumers share (the query tile,
+// one tile's online-softmax step, per-page partials, the partial outputs). The consumers themselves:
+// prefill_consume_mma.cuh (mma.sync, any sm_80+ GPU) and prefill_consume_wgmma.cuh (Hopper wgmma).
+// Roles (warp-specialised): the last four warps produce. Producer thread i owns row i of every tile's
+// 2 x kKeys K and V rows (half a row at head_dim 256): it copies that row's codes with cp.async two tiles
+// ahead and decodes them to fp16 (BF16 values in place, FP8 codes and TQ3 levels from a staging ring;
+// FP8 codes and TQ3 levels are exact in fp16, V rows carry their scale, K scales go to the consumers'
+// logits). A thread reads only bytes it copied itself, so the staging ring needs no barrier. The other
+// warps consume: S = Q K^T, the base-2 online softmax and O += P V on tensor cores (fp16 in, fp32 out).
+// Hand-off through named barriers: FULL[b] (producers arrive once buffer b holds a decoded tile,
+// consumers wait) and EMPTY[b] (consumers arrive when done with b, producers wait before refilling it);
+// an EMPTY arrival happens only for a buffer that will be refilled, so no barrier is left half-arrived
+// when the CTA ends.
+// Shared layouts: the mma.sync consumer reads rows padded to an odd number of 16-byte units (ldmatrix
+// without bank conflicts); the wgmma consumer reads 8 x 8 core matrices (8 rows of 16 contiguous bytes,
+// the canonical no-swizzle layout of its descriptors). PrefillTile's q_chunk/k_chunk/v_chunk are the one
+// place that maps (row, 16-byte chunk) to bytes.
+// Invariants: a split's keys come in increasing position order and the plan's key_tiles stop at the
+// tile holding the last key the query tile can see; keys past a row's position and padding slots are
+// masked to -inf before the softmax, and padding rows of K and V are zero in shared memory.
+// Precision: the query as one fp16 term, or as hi + lo terms when page scores are wanted (logits close
+// to fp32, so page scores do not inherit fp16 rounding); probabilities and V values as fp16.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "attention_device.cuh"
+#include "minimakv/cuda/prefill_plan.h"
+
+// Kernel-lab knob (scripts/bench/prefill-lab.sh): raw code stages of the FP8/TQ3 staging ring (copies run
+// stages - 1 tiles ahead).
+#ifndef MINIMAKV_PREFILL_STAGES
+#define MINIMAKV_PREFILL_STAGES 3
+#endif
+
+namespace minimakv::cuda::detail {
+
+struct PrefillParams : AttendParams {
+  const uint8_t* plan;
+  uint32_t off_seq, off_split, off_work, off_tiles, off_entry, off_order;
+  int n_seqs, n_works, rows;
+  double* row_total;  // [rows][q_heads], for the page scores
+  int tile_tokens, tokens_per_page;
+};
+
+// ---- PTX wrappers
+__device__ inline uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+template <int N>
+__device__ inline void cp_async(uint32_t dst, const void* src) {
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(N) : "memory");
+}
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ inline void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ inline void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Makes this thread's ordinary shared-memory stores visible to the tensor cores' (async proxy) reads.
+__device__ inline void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- tiling and shared memory
+template <codec::PageFormat F, int D, int QT, bool Wg>
+struct PrefillTile {
+  static constexpr bool kWgmma = Wg;
+  // Consumers: four warps of 16 x kMI rows (mma.sync), or one or two warpgroups of 64 rows (wgmma).
+  static constexpr int kConsumerWarps = Wg && D <= 128 ? 8 : 4;
+  static constexpr int kConsumers = 32 * kConsumerWarps;
+  static constexpr int kThreads = kConsumers + 128;  // + four producer warps
+  static constexpr int kMI = Wg || D > 128 ? 1 : 2;  // m16 row tiles per consumer warp
+  static constexpr int kRows = prefill_tile_rows(D);
+  static constexpr int kKeys = prefill_key_tile(D);
+  static constexpr int kNT = kKeys / 8;  // n8 key tiles of S
+  // One fp16 row of D in shared memory: padded to an odd number of 16-byte units for ldmatrix, or
+  // exactly 2D bytes spread over core matrices for wgmma.
+  static constexpr int kRowBytes = Wg ? 2 * D : 2 * (D + 8);
+  static constexpr bool kInPlace = F == codec::PageFormat::kBf16;         // BF16 decodes over its own copy
+  static constexpr int kBuffers = kInPlace ? 3 : 2;                       // decoded K/V tiles
+  static constexpr int kStages = kInPlace ? 0 : MINIMAKV_PREFILL_STAGES;  // raw code stages (FP8, TQ3)
+  static constexpr int kParts = 128 / (2 * kKeys);                        // producer threads per K or V row
+  static constexpr int kPieceElems = D / kParts;
+  static constexpr int kPieceBytes = static_cast<int>(codec::format_row_bytes(F, D)) / kParts;
+  static constexpr int kCopy = kPieceBytes % 16 == 0 ? 16 : 8;  // bytes per cp.async
+  // A thread's raw piece in a stage: padded to an odd number of 16-byte units (no bank conflicts).
+  static constexpr int kRawStride =
+      ((kPieceBytes + 15) / 16) % 2 ? (kPieceBytes + 15) / 16 * 16 : ((kPieceBytes + 15) / 16 + 1) * 16;
+  static_assert(kConsumerWarps * 16 * kMI == kRows && 2 * kKeys * kParts == 128 && kPieceElems % 8 == 0);
+
+  // Byte offsets of 16-byte chunk c (elements 8c..8c+7) of row r in the query tile (kRows rows) and in
+  // a K or V tile (kKeys rows). mma.sync: padded rows. wgmma: core matrices of 8 rows x 16 bytes, a row
+  // block's D / 8 chunks adjacent and blocks D x 16 bytes apart; for Q and K (K-major operands) LBO is
+  // 128 and SBO D x 16, for V (the MN-major operand of P V) the reverse. The kernel lab's challenger
+  // MINIMAKV_PREFILL_WG_CONTIGUOUS puts the core matrices one Q or K instruction reads next to each
+  // other instead (measured 10-11% slower on BF16 pages: docs/benchmarks.md).
+  __device__ static constexpr uint32_t kmajor(int rows, int r, int c) {
+#if defined(MINIMAKV_PREFILL_WG_CONTIGUOUS)  // kernel lab: the core matrices of one instruction adjacent
+    return static_cast<uint32_t>(c * (rows * 16) + (r / 8) * 128 + (r % 8) * 16);
+#else
+    (void)rows;
+    return static_cast<uint32_t>((r / 8) * (D * 16) + c * 128 + (r % 8) * 16);
+#endif
+  }
+  __device__ static constexpr uint32_t q_chunk(int r, int c) {
+    if constexpr (Wg) return kmajor(kRows, r, c);
+    return static_cast<uint32_t>(r * kRowBytes + c * 16);
+  }
+  __device__ static constexpr uint32_t k_chunk(int r, int c) {
+    if constexpr (Wg) return kmajor(kKeys, r, c);
+    return static_cast<uint32_t>(r * kRowBytes + c * 16);
+  }
+  __device__ static constexpr uint32_t v_chunk(int r, int c) {
+    if constexpr (Wg) return static_cast<uint32_t>((r / 8) * (D * 16) + c * 128 + (r % 8) * 16);
+    return static_cast<uint32_t>(r * kRowBytes + c * 16);
+  }
+#if defined(MINIMAKV_PREFILL_WG_CONTIGUOUS)
+  static constexpr uint32_t kQLbo = kRows * 16, kQSbo = 128, kKLbo = kKeys * 16, kKSbo = 128;
+#else
+  static constexpr uint32_t kQLbo = 128, kQSbo = D * 16, kKLbo = 128, kKSbo = D * 16;
+#endif
+  static constexpr uint32_t kVLbo = D * 16, kVSbo = 128;
+
+  static constexpr size_t kHalfTile = static_cast<size_t>(kKeys) * kRowBytes;  // K or V of one buffer
+  // Per buffer after K and V: kpos[kKeys] (INT_MAX marks padding), kscale[kKeys], kent[kKeys], maxpos[4].
+  static constexpr size_t kMetaBytes = static_cast<size_t>(kKeys) * 12 + 16;
+  static constexpr size_t kBufferBytes = (2 * kHalfTile + kMetaBytes + 127) / 128 * 128;  // tiles 128-byte aligned
+  static constexpr size_t kStageBytes = 128 * static_cast<size_t>(kRawStride) + 128 * 4;  // codes + meta
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kBuf = kQ + static_cast<size_t>(QT) * kRows * kRowBytes;
+  static constexpr size_t kStage = kBuf + kBuffers * kBufferBytes;
+  static constexpr size_t kTable = kStage + kStages * kStageBytes;
+  static constexpr size_t kBytes = kTable + (F == codec::PageFormat::kTq3 ? 256 : 0);
+  static_assert(kBufferBytes % 16 == 0 && kStageBytes % 16 == 0 && kBytes <= 227 * 1024);
+
+  // Ping-pong (kernel lab, MINIMAKV_PREFILL_PINGPONG): the two consumer warpgroups wait for tiles on
+  // barriers of their own and take turns issuing their QK^T MMAs, so one's softmax overlaps the other's.
+  static constexpr int kGroups = Wg ? kConsumerWarps / 4 : 1;
+#if defined(MINIMAKV_PREFILL_PINGPONG)
+  static constexpr bool kPingPong = kGroups == 2;
+#else
+  static constexpr bool kPingPong = false;
+#endif
+  static constexpr int kFullGroups = kPingPong ? 2 : 1;
+  static constexpr int kFullCount = kPingPong ? 256 : kThreads;  // producers + who waits on a FULL barrier
+  // Named barrier ids (0 is __syncthreads): FULL[group][buffer], EMPTY[buffer], the two turn barriers.
+  static constexpr int kProducersBar = 1, kConsumersBar = 2, kFullBar = 3;
+  static constexpr int kEmptyBar = kFullBar + kFullGroups * kBuffers, kTurnBar = kEmptyBar + kBuffers;
+  static_assert(kTurnBar + 2 <= 16);
+};
+
+template <int D, int QT, bool Wg>
+constexpr size_t prefill_tile_smem() {
+  constexpr size_t a = PrefillTile<codec::PageFormat::kBf16, D, QT, Wg>::kBytes;
+  constexpr size_t b = PrefillTile<codec::PageFormat::kFp8, D, QT, Wg>::kBytes;
+  constexpr size_t c = PrefillTile<codec::PageFormat::kTq3, D, QT, Wg>::kBytes;
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+// What every thread of the CTA knows about its work.
+struct PrefillWork {
+  PrefillWorkRec wk;
+  PlanSplit sp;
+  PrefillSeqRec sq;
+  const PlanEntry* entries;
+  int w, h;
+  int slot, span;  // keys a page takes in the split's key index space, and the page's token span
+};
+
+__device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, int key_tile) {
+  PrefillWork c;
+  c.wk = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work)[w];
+  c.sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[c.wk.split];
+  c.sq = reinterpret_cast<const PrefillSeqRec*>(p.plan + p.off_seq)[c.sp.seq];
+  c.entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
+  c.w = w;
+  c.h = h;
+  c.span = c.sp.tok_end - c.sp.tok_begin;
+  c.slot = prefill_page_slot(c.span, key_tile);
+  return c;
+}
+
+// Where key slot `idx` of a split lives; page == nullptr for a padding slot.
+struct KeySlot {
+  const uint8_t* page;
+  int tok, pos, entry;
+};
+
+__device__ inline KeySlot locate_key(const PrefillWork& c, const uint8_t* base, uint64_t page_bytes, int idx,
+                                     int tokens_per_page) {
+  const int rel = idx / c.slot, in = idx - rel * c.slot;
+  KeySlot k{nullptr, 0, INT_MAX, min(c.sp.entry_begin + rel, c.sp.entry_end - 1)};
+  const int e = c.sp.entry_begin + rel;
+  if (e >= c.sp.entry_end || in >= c.span) return k;
+  const PlanEntry en = c.entries[e];
+  const int tok = c.sp.tok_begin + in;
+  if (tok >= static_cast<int>(en.tokens)) return k;
+  k.page = base + static_cast<size_t>(en.page_id) * page_bytes;
+  k.tok = tok;
+  k.pos = static_cast<int>(en.logical) * tokens_per_page + tok;
+  return k;
+}
+
+// ---- producers
+// Each thread copies and decodes the same row (or half row) of every tile, so the staging ring needs no
+// barrier. (A challenger that copied in warp-wide blocks of 8 rows x 64 bytes, whole L2 sectors, and
+// decoded after a producers' barrier measured 4-16% slower: docs/benchmarks.md.)
+template <codec::PageFormat F, int D, int QT, bool Wg>
+__device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  using T = PrefillTile<F, D, QT, Wg>;
+  const int pt = static_cast<int>(threadIdx.x) - T::kConsumers;
+  const int row = pt / T::kParts, part = pt % T::kParts;
+  const bool is_v = row >= T::kKeys;
+  const int j = row % T::kKeys;
+  const int fi = codec::format_index(F);
+  const DeviceLayout L = p.pools.layout[fi];
+  const uint8_t* base = p.pools.base[fi];
+  const size_t code_off =
+      (is_v ? L.v_codes : 0u) + static_cast<size_t>(c.h) * L.code_stride + static_cast<size_t>(part) * T::kPieceBytes;
+  const size_t meta_off = (is_v ? L.v_meta : L.k_meta) + static_cast<size_t>(c.h) * L.meta_stride;
+  const size_t dst_off = is_v ? T::kHalfTile : 0;
+  const int c0 = part * T::kPieceElems / 8;  // first 16-byte chunk of this thread's piece of the row
+  auto chunk = [&](int cc) { return is_v ? T::v_chunk(j, cc) : T::k_chunk(j, cc); };
+  uint32_t* table = reinterpret_cast<uint32_t*>(smem + T::kTable);
+  if constexpr (F == codec::PageFormat::kTq3) {
+    // Two 3-bit codes (the low one first) -> their two levels as one fp16x2 word.
+    if (pt < 64) table[pt] = pack_half2(codec::tq3_level(pt & 7), codec::tq3_level(pt >> 3));
+    named_sync(T::kProducersBar, 128);
+  }
+  auto buffer = [&](int t) { return smem + T::kBuf + static_cast<size_t>(t % T::kBuffers) * T::kBufferBytes; };
+  auto stage = [&](int t) {
+    return smem + T::kStage + static_cast<size_t>(t % (T::kStages ? T::kStages : 1)) * T::kStageBytes;
+  };
+
+  auto issue = [&](int t) {
+    const KeySlot k = locate_key(c, base, L.page_bytes, t * T::kKeys + j, p.tokens_per_page);
+    if (!k.page) return;
+    const uint8_t* src = k.page + code_off + static_cast<size_t>(k.tok) * L.row;
+    if constexpr (T::kInPlace) {
+      const uint32_t dst = smem_u32(buffer(t) + dst_off);
+#pragma unroll
+      for (int i = 0; i < T::kPieceBytes / 16; ++i) cp_async<16>(dst + chunk(c0 + i), src + 16 * i);
+    } else {
+      const uint32_t dst = smem_u32(stage(t) + pt * T::kRawStride);
+#pragma unroll
+      for (int i = 0; i < T::kPieceBytes / T::kCopy; ++i) cp_async<T::kCopy>(dst + i * T::kCopy, src + i * T::kCopy);
+      // FP8: the fp32 scale; TQ3: the aligned word holding the fp16 alpha (head blocks are 16-byte aligned
+      // and an odd page size leaves padding after the last alpha, so the word stays inside the block).
+      const uint8_t* m = k.page + meta_off + static_cast<size_t>(k.tok) * L.meta;
+      if constexpr (F == codec::PageFormat::kTq3) m -= (k.tok & 1) * 2;
+      cp_async<4>(smem_u32(stage(t) + 128 * T::kRawStride + pt * 4), m);
+    }
+  };
+
+  auto convert = [&](int t) {
+    const KeySlot k = locate_key(c, base, L.page_bytes, t * T::kKeys + j, p.tokens_per_page);
+    uint8_t* buf = buffer(t);
+    auto out = [&](int i) -> uint4& { return *reinterpret_cast<uint4*>(buf + dst_off + chunk(c0 + i)); };
+    float kscale = 1.0f;
+    if (!k.page) {
+#pragma unroll
+      for (int i = 0; i < T::kPieceElems / 8; ++i) out(i) = make_uint4(0, 0, 0, 0);
+    } else if constexpr (F == codec::PageFormat::kBf16) {
+#pragma unroll
+      for (int i = 0; i < T::kPieceElems / 8; ++i) {
+        uint4 x = out(i);
+        x.x = pack_half2(bf16_lo(x.x), bf16_hi(x.x));
+        x.y = pack_half2(bf16_lo(x.y), bf16_hi(x.y));
+        x.z = pack_half2(bf16_lo(x.z), bf16_hi(x.z));
+        x.w = pack_half2(bf16_lo(x.w), bf16_hi(x.w));
+        out(i) = x;
+      }
+    } else {
+      const uint8_t* raw = stage(t) + pt * T::kRawStride;
+      const uint32_t meta = *reinterpret_cast<const uint32_t*>(stage(t) + 128 * T::kRawStride + pt * 4);
+      if constexpr (F == codec::PageFormat::kFp8) {
+        const float scale = __uint_as_float(meta);
+        kscale = scale;
+#pragma unroll
+        for (int i = 0; i < T::kPieceElems / 16; ++i) {
+          const uint4 x = reinterpret_cast<const uint4*>(raw)[i];
+          const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+          uint32_t h[8];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            h[2 * q] = fp8x2_to_half2(w[q]);
+            h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
+          }
+          if (is_v) {
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
+              h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+            }
+          }
+          out(2 * i) = make_uint4(h[0], h[1], h[2], h[3]);
+          out(2 * i + 1) = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+      } else {
+        // TQ3: groups of eight 3-bit codes, 24 bits each, little-endian across the piece's words.
+        const __half alpha = __half(__half_raw{static_cast<uint16_t>(meta >> (16 * (k.tok & 1)))});
+        kscale = __half2float(alpha);
+        const __half2 a2 = __half2half2(alpha);
+        constexpr int kWords = T::kPieceBytes / 4;
+        uint32_t w[kWords + 1];
+#pragma unroll
+        for (int i = 0; i < kWords; ++i) w[i] = reinterpret_cast<const uint32_t*>(raw)[i];
+        w[kWords] = 0;
+#pragma unroll
+        for (int gi = 0; gi < T::kPieceElems / 8; ++gi) {
+          const int bit = 24 * gi, wi = bit / 32, sh = bit % 32;
+          const uint32_t bits = (sh <= 8 ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[wi + 1], sh)) & 0xffffffu;
+          uint32_t h[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            h[q] = table[(bits >> (6 * q)) & 63u];
+            if (is_v) {
+              const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[q]), a2);
+              h[q] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+          }
+          out(gi) = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+      }
+    }
+    if (!is_v && part == 0) {
+      int* kpos = reinterpret_cast<int*>(buf + 2 * T::kHalfTile);
+      reinterpret_cast<float*>(kpos + T::kKeys)[j] = kscale;
+      kpos[j] = k.pos;
+      kpos[2 * T::kKeys + j] = k.entry;
+    }
+    if (pt < 64) {  // the K rows' threads: the tile's largest key position (INT_MAX with padding)
+      const int mx = __reduce_max_sync(0xffffffffu, k.pos);
+      if ((pt & 31) == 0) reinterpret_cast<int*>(buf + 2 * T::kHalfTile)[3 * T::kKeys + pt / 32] = mx;
+    }
+    if constexpr (Wg) fence_proxy_async();  // the tensor cores read the tile through the async proxy
+  };
+  auto publish = [&](int t) {
+    for (int g = 0; g < T::kFullGroups; ++g)
+      named_arrive(T::kFullBar + g * T::kBuffers + t % T::kBuffers, T::kFullCount);
+  };
+
+  const int n = c.wk.key_tiles;
+  if constexpr (T::kInPlace) {
+    // Buffers are the staging: tile t + 2 is copied once the consumers are done with tile t - 1.
+    for (int t = 0; t < 2; ++t) {
+      if (t < n) issue(t);
+      cp_async_commit();
+    }
+    for (int t = 0; t < n; ++t) {
+      cp_async_wait<1>();
+      convert(t);
+      publish(t);
+      if (t + 2 < n) {
+        if (t >= 1) named_sync(T::kEmptyBar + (t + 2) % T::kBuffers, T::kThreads);
+        issue(t + 2);
+      }
+      cp_async_commit();
+    }
+  } else {
+    for (int t = 0; t < T::kStages - 1; ++t) {
+      if (t < n) issue(t);
+      cp_async_commit();
+    }
+    for (int t = 0; t < n; ++t) {
+      if (t + T::kStages - 1 < n) issue(t + T::kStages - 1);  // into the stage this thread decoded last
+      cp_async_commit();
+      cp_async_wait<T::kStages - 1>();
+      if (t >= T::kBuffers) named_sync(T::kEmptyBar + t % T::kBuffers, T::kThreads);
+      convert(t);
+      publish(t);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// ---- what both consumers share
+// The query tile, pre-scaled so that logits come out in base 2, as fp16 (hi [+ lo]) rows in T's layout,
+// staged by the consumer threads, then handed to them all through the consumers' barrier.
+template <class T, codec::PageFormat F, int D, int QT>
+__device__ void stage_query(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  const float* qsrc = kRotatedFormat<F> ? p.q_rot : p.q;
+  const float qscale = p.scale * kLog2e;
+  const int G = p.group, tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+  for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
+    const int r = i / (D / 4), d4 = 4 * (i % (D / 4)), tok = r / G;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tok < tile_rows) {
+      const size_t o = (static_cast<size_t>(c.sq.row_begin + c.wk.tile_token + tok) * p.q_heads +
+                        static_cast<size_t>(c.h) * G + r % G) *
+                           D +
+                       d4;
+      x = *reinterpret_cast<const float4*>(qsrc + o);
+      x = make_float4(__fmul_rn(x.x, qscale), __fmul_rn(x.y, qscale), __fmul_rn(x.z, qscale), __fmul_rn(x.w, qscale));
+    }
+    const __half2 h0 = __floats2half2_rn(x.x, x.y), h1 = __floats2half2_rn(x.z, x.w);
+    uint8_t* dst = smem + T::kQ + T::q_chunk(r, d4 / 8) + (d4 % 8) * 2;
+    *reinterpret_cast<uint2*>(dst) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1));
+    if constexpr (QT == 2) {
+      const float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
+      *reinterpret_cast<uint2*>(dst + static_cast<size_t>(T::kRows) * T::kRowBytes) =
+          make_uint2(pack_half2(x.x - f0.x, x.y - f0.y), pack_half2(x.z - f1.x, x.w - f1.y));
+    }
+  }
+  if constexpr (T::kWgmma) fence_proxy_async();
+  named_sync(T::kConsumersBar, T::kConsumers);
+}
+
+// A consumer thread's rows: row_base + 16 mi + g + 8 i for its MI m16 tiles and the two halves of each.
+template <int MI>
+struct ConsumerRows {
+  int base, g, t4;
+  int qpos[MI][2];  // -1 for a padding row, which then masks every key
+  __device__ ConsumerRows(const PrefillParams& p, const PrefillWork& c, int row_base, int lane)
+      : base(row_base), g(lane >> 2), t4(lane & 3) {
+    const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int tok = row(mi, i) / p.group;
+        qpos[mi][i] = tok < tile_rows ? c.sq.first + c.wk.tile_token + tok : -1;
+      }
+  }
+  __device__ int row(int mi, int i) const {
+    return base + 16 * mi + g + 8 * i;
+  }
+};
+
+// One key tile's online-softmax step on S in the m16n8 accumulator layout (this thread: rows g and g + 8
+// of each m16 tile, columns 8 nt + 2 t4 + {0, 1}): key scales, the causal mask, the new running maxima
+// (mref: the reference each probability was taken against), l and O rescaled, S turned into
+// probabilities in place.
+template <codec::PageFormat F, int MI, int NT, int DT>
+__device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
+                                    float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
+                                    const int* kpos, const float* kscale, bool masked) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int j = nt * 8 + 2 * rows.t4;
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          float& x = s[mi][nt][2 * i + cc];
+          if constexpr (F != codec::PageFormat::kBf16) x = __fmul_rn(x, kscale[j + cc]);
+          if (masked && kpos[j + cc] > rows.qpos[mi][i]) x = -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[mi][i], mx);
+      mref[mi][i] = mn == -INFINITY ? 0.0f : mn;
+      const float corr = fast_exp2(m[mi][i] - mref[mi][i]);
+      m[mi][i] = mn;
+      lsum[mi][i] *= corr;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[mi][dt][2 * i] *= corr;
+        o[mi][dt][2 * i + 1] *= corr;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          float& x = s[mi][nt][2 * i + cc];
+          x = fast_exp2(x - mref[mi][i]);
+          lsum[mi][i] += x;
+        }
+    }
+}
+
+// Per-page partials (m_p, l_p) of a thread's rows, for the page scores: each tile adds every page's
+// share of its probabilities to the running partial of the current page; a page's partial is written
+// when the next page starts and after the last tile (finish()).
+template <int MI, int NT>
+struct PagePartials {
+  int cur = -1;
+  float pm[MI][2] = {}, pl[MI][2] = {};
+
+  __device__ void add(const PrefillParams& p, const PrefillWork& c, const ConsumerRows<MI>& rows,
+                      const float (&s)[MI][NT][4], const float (&mref)[MI][2], const int* kent, int keys) {
+    const int e_lo = kent[0], e_hi = kent[keys - 1];
+    for (int e = e_lo; e <= e_hi; ++e) {
+      float part[MI][2] = {};
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc)
+            if (kent[nt * 8 + 2 * rows.t4 + cc] == e) {
+              part[mi][0] += s[mi][nt][cc];
+              part[mi][1] += s[mi][nt][2 + cc];
+            }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          part[mi][i] += __shfl_xor_sync(0xffffffffu, part[mi][i], 1);
+          part[mi][i] += __shfl_xor_sync(0xffffffffu, part[mi][i], 2);
+        }
+      if (e != cur) {
+        finish(p, c, rows);
+        cur = e;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) pm[mi][0] = pm[mi][1] = pl[mi][0] = pl[mi][1] = 0.0f;
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float c1, c2;
+          merge_ml(pm[mi][i], pl[mi][i], mref[mi][i], part[mi][i], c1, c2);
+        }
+    }
+  }
+
+  // Writes the current page's partial of every real row (one lane of each quad).
+  __device__ void finish(const PrefillParams& p, const PrefillWork& c, const ConsumerRows<MI>& rows) const {
+    if (cur < 0 || rows.t4 != 0) return;
+    const PlanEntry en = c.entries[cur];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (rows.qpos[mi][i] < 0) continue;
+        const size_t idx = static_cast<size_t>(c.sq.stats_offset) +
+                           (static_cast<size_t>(rows.qpos[mi][i] - c.sq.first) * c.sq.pages + en.logical) * p.q_heads +
+                           static_cast<size_t>(c.h) * p.group + rows.row(mi, i) % p.group;
+        p.page_m[idx] = pl[mi][i] > 0.0f ? pm[mi][i] * kLn2 : -INFINITY;
+        p.page_l[idx] = pl[mi][i];
+      }
+  }
+};
+
+// Normalised partials of this (work, KV head) for the merge: the quad's four lanes share a row's (m, l).
+template <int MI, int DT>
+__device__ inline void write_partials(const PrefillParams& p, const PrefillWork& c, const ConsumerRows<MI>& rows,
+                                      int tile_rows, const float (&o)[MI][DT][4], const float (&m)[MI][2],
+                                      const float (&lsum)[MI][2]) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = lsum[mi][i];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const size_t pr = (static_cast<size_t>(c.w) * p.kv_heads + c.h) * tile_rows + rows.row(mi, i);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      float* dst = p.part_o + pr * (8 * DT) + 2 * rows.t4;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<float2*>(dst + 8 * dt) = make_float2(o[mi][dt][2 * i] * inv, o[mi][dt][2 * i + 1] * inv);
+      if (rows.t4 == 0) {
+        p.part_m[pr] = l > 0.0f ? m[mi][i] * kLn2 : -INFINITY;
+        p.part_l[pr] = l;
+      }
+    }
+}
+
+}  // namespace minimakv::cuda::detail
