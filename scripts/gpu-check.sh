@@ -6,19 +6,19 @@
 #                                        # dir/apps/minimakv/minimakv
 #                                        # (scripts/gpu-pack.sh makes such a dir, with the shared libraries they need)
 # QUICK=1 runs the shorter benchmark. PARTS picks the parts (default: all of
-# "tests sanitizer parity sdpa engine decode"; "cpuattn" adds the CPU attention benchmark on the GPU
+# "tests sanitizer parity sdpa engine prefill decode"; "cpuattn" adds the CPU attention benchmark on the GPU
 # machine's host cores, ATTN_CONTEXTS and ATTN_REPS pick its contexts and repetitions); ENGINE_CONTEXTS,
 # ENGINE_BATCHES, ENGINE_REPS and ENGINE_GRAPHS go to scripts/bench/engine-speed.sh. Results (JSON, logs)
 # go to $OUT when set, else to build/gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PARTS=" ${PARTS:-tests sanitizer parity sdpa engine decode} "
+PARTS=" ${PARTS:-tests sanitizer parity sdpa engine prefill decode} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 OUT=${OUT:-build/gpu-results}
 mkdir -p "$OUT"
 if [[ -z "${BUILD:-}" ]]; then
   cmake --preset gpu >/dev/null
-  cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench minimakv
+  cmake --build --preset gpu -j"$(nproc)" --target cuda_tests cuda_decode_bench cuda_prefill_bench minimakv
   BUILD=build/gpu
 fi
 source scripts/gpu-env.sh
@@ -79,6 +79,11 @@ for r in rows:
     print(f"{r['context']:>7} {r['shape']:<12} {r['arm']:<6} t={r['threads']:<3} {r['median_us']:>9.0f} us"
           f" {r['gb_per_s']:6.2f} GB/s  vs bf16 {v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})")
 PY
+fi
+
+if part prefill; then
+  echo "== prefill attention against PyTorch SDPA"
+  BUILD="$BUILD" OUT="$OUT/prefill" TESTS=0 bash scripts/bench/prefill-attention.sh | tail -n 40
 fi
 
 if part decode; then

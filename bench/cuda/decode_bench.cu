@@ -18,52 +18,16 @@
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/page_writes.h"
 #include "minimakv/cuda/paged_decode.h"
+#include "bench_util.cuh"
 
 using namespace minimakv;
+using bench::comma_list;
+using bench::fill_random;
+using bench::Stat;
+using bench::time_events;
 using codec::PageFormat;
 
 namespace {
-
-__global__ void fill_random(float* x, size_t n, uint64_t seed, float offset_scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint64_t s = seed + i;
-    const uint64_t a = codec::splitmix64(s), b = codec::splitmix64(s);
-    // Sum of uniforms: roughly normal, plus a per-channel offset like real keys.
-    const float u = static_cast<float>(a >> 40) * 0x1.0p-24f + static_cast<float>(b >> 40) * 0x1.0p-24f - 1.0f;
-    x[i] = 2.0f * u + offset_scale * static_cast<float>((i % 128) % 7) * 0.1f;
-  }
-}
-
-struct Stat {
-  double median, lo, hi;
-};
-
-Stat summarize(std::vector<float> ms) {
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front(), ms.back()};
-}
-
-template <typename F>
-Stat time_events(int warmup, int reps, F&& body) {
-  cudaEvent_t a, b;
-  cuda::check(cudaEventCreate(&a), "event");
-  cuda::check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    cuda::check(cudaEventRecord(a), "record");
-    body();
-    cuda::check(cudaEventRecord(b), "record");
-    cuda::check(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    cuda::check(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return summarize(ms);
-}
 
 struct Config {
   std::string name;
@@ -169,17 +133,6 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
     std::fprintf(log, "%s: converted %zu FP8 pages to TQ3 in %.3f ms (median of 5), %.1f pages/ms\n", c.name.c_str(),
                  jobs.size(), conv.median, jobs.size() / conv.median);
   return rows;
-}
-
-// The non-empty items of a comma-separated list.
-std::vector<std::string> comma_list(const std::string& list) {
-  std::vector<std::string> items;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t comma = std::min(list.find(',', at), list.size());
-    if (comma > at) items.push_back(list.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return items;
 }
 
 }  // namespace

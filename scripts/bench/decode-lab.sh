@@ -15,10 +15,9 @@ cd "$(dirname "$0")/../.."
 SRC=${SRC:-build/release}
 LAB=${LAB:-build/decode-lab}
 OUT=${OUT:-build/decode-lab-out}
+source scripts/bench/lab-lib.sh
 mode=${1:?build or run}; shift
 if [[ $mode == build ]]; then
-  flags=$(sed -n 's/^CUDA_FLAGS = //p' "$SRC/src/CMakeFiles/minimakv_cuda.dir/flags.make")
-  link=$(cat "$SRC/bench/CMakeFiles/cuda_decode_bench.dir/link.txt")
   for spec in "$@"; do
     name=${spec%%=*}; tiling=${spec#*=}; macros=""
     if [[ $tiling == *+* ]]; then macros=${tiling#*+}; tiling=${tiling%%+*}; fi
@@ -31,26 +30,16 @@ if [[ $mode == build ]]; then
       i=$((i + 1))
     done
     dir="$LAB/$name"
-    mkdir -p "$dir"
     # shellcheck disable=SC2086
-    nvcc $flags $defs -I include -isystem /usr/local/cuda/include -c src/cuda/paged_decode.cu -o "$dir/paged_decode.cu.o"
-    cp "$SRC/src/libminimakv_cuda.a" "$dir/"
-    ar r "$dir/libminimakv_cuda.a" "$dir/paged_decode.cu.o"
-    abs=$(realpath "$dir")
-    (cd "$SRC/bench" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/cuda_decode_bench.tmp" \
-      && mv "$abs/cuda_decode_bench.tmp" "$abs/cuda_decode_bench")
+    lab_build "$SRC" minimakv_cuda src/cuda/paged_decode.cu cuda_decode_bench "$dir" $defs
     echo "$tiling${macros:+ +$macros}" >"$dir/tiling"
     echo "built $dir ($tiling)"
   done
   exit 0
 fi
-mkdir -p "$OUT"
 args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(--quick)
-for dir in "$LAB"/*/; do
-  name=$(basename "$dir")
-  "$dir/cuda_decode_bench" "${args[@]}" --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || echo "$name: rc $?"
-done
+lab_run cuda_decode_bench "$LAB" "$OUT" "${args[@]}"
 python3 - "$OUT" "$LAB" <<'PY'
 import glob, json, os, sys
 out, lab = sys.argv[1], sys.argv[2]

@@ -8,6 +8,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import event_times_ms
 
 CONFIGS = [
     ("canary b2 59008 h24/4 d256", 2, 59008, 24, 4, 256),
@@ -32,17 +33,8 @@ def main():
         q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16, generator=g)
         k = torch.randn(b, hkv, t, d, device="cuda", dtype=torch.bfloat16, generator=g)
         v = torch.randn(b, hkv, t, d, device="cuda", dtype=torch.bfloat16, generator=g)
-        for _ in range(3):
-            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        times = []
-        for _ in range(max(20, a.reps)):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        times.sort()
+        times = [t * 1e3 for t in event_times_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                                                   3, max(20, a.reps))]
         mb = 2 * k.numel() * 2 / 1e6
         med = times[len(times) // 2]
         rows.append({"config": name, "arm": "torch-sdpa-bf16", "mb": mb, "us_median": med, "us_min": times[0],

@@ -1,0 +1,35 @@
+# Sourced by the kernel labs (decode-lab.sh, prefill-lab.sh): building a variant of one CUDA source
+# against the release library, and running every variant's benchmark.
+
+# lab_build SRC TARGET SOURCE BENCH DIR [nvcc args...]: compiles SOURCE with the CUDA flags of SRC's
+# CMake target TARGET plus the extra arguments into DIR, replaces its object in a copy of SRC's
+# libminimakv_cuda.a and relinks SRC's benchmark BENCH against that copy into DIR/BENCH.
+lab_build() {
+  local src=$1 target=$2 source=$3 bench=$4 dir=$5
+  shift 5
+  local flags defs link obj abs
+  flags=$(sed -n 's/^CUDA_FLAGS = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
+  defs=$(sed -n 's/^CUDA_DEFINES = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
+  link=$(cat "$src/bench/CMakeFiles/$bench.dir/link.txt")
+  obj=$(basename "$source").o
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  nvcc $flags $defs "$@" -I include -isystem /usr/local/cuda/include -c "$source" -o "$dir/$obj"
+  cp "$src/src/libminimakv_cuda.a" "$dir/"
+  ar r "$dir/libminimakv_cuda.a" "$dir/$obj"
+  abs=$(realpath "$dir")
+  (cd "$src/bench" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/$bench.tmp" &&
+    mv "$abs/$bench.tmp" "$abs/$bench")
+}
+
+# lab_run BENCH LAB OUT [bench args...]: runs LAB/*/BENCH with the arguments and --json OUT/<variant>.json,
+# its output in OUT/<variant>.log.
+lab_run() {
+  local bench=$1 lab=$2 out=$3 dir name
+  shift 3
+  mkdir -p "$out"
+  for dir in "$lab"/*/; do
+    name=$(basename "$dir")
+    "$dir/$bench" "$@" --json "$out/$name.json" >"$out/$name.log" 2>&1 || echo "$name: rc $? (see $out/$name.log)"
+  done
+}
