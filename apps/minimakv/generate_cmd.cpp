@@ -103,6 +103,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
   if (opt.json) {
     nlohmann::json j;
     j["kv"] = opt.kv;
+    j["prefill_chunk"] = opt.gen.prefill_chunk;
     j["device"] = model.backend().describe();
     j["batch"] = rs.size();
     for (size_t i = 0; i < rs.size(); ++i) {
@@ -194,6 +195,8 @@ int run_generate(GenerateCmdOptions opt) {
     throw std::invalid_argument("generate: prompt of " + std::to_string(ids.size()) + " tokens plus " +
                                 std::to_string(opt.gen.max_new_tokens) + " new tokens exceeds the model's context of " +
                                 std::to_string(model->config().max_position_embeddings));
+  if (!opt.prefill_chunk_given)
+    opt.gen.prefill_chunk = engine::auto_prefill_chunk(*model, ids.size() + budget, opt.gen);
   if (opt.ignore_eos) opt.gen.stop_ids = {-1};  // no token id matches
   opt.gen.keep_prompt_logits = opt.prompt_logits;
   if (!opt.batch_prompts.empty() || opt.batch > 1) {
@@ -226,6 +229,7 @@ int run_generate(GenerateCmdOptions opt) {
     j["tokens"] = r.tokens;
     j["text"] = text_of(*model, r.tokens);
     j["kv"] = opt.kv;
+    j["prefill_chunk"] = opt.gen.prefill_chunk;
     j["device"] = model->backend().describe();
     j["prefill_tokens_per_s"] = static_cast<double>(ids.size()) / r.prefill_seconds;
     j["decode_tokens_per_s"] = r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_seconds : 0.0;
@@ -286,8 +290,10 @@ const Registration kCommand(
        opt->fallback_tokenizer = default_model_dir() + "/tokenizer.json";
        sub.add_option("--max-tokens", opt->gen.max_new_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
        sub.add_option("--page-size", opt->gen.tokens_per_page, "tokens per KV page")->check(CLI::Range(16, 4096));
-       sub.add_option("--prefill-chunk", opt->gen.prefill_chunk, "prompt tokens per prefill chunk")
-           ->check(CLI::Range(1, 1 << 20));
+       auto* chunk_opt = sub.add_option("--prefill-chunk", opt->gen.prefill_chunk,
+                                        "prompt tokens per prefill chunk (default: 512 on the CPU; on a GPU 4096, "
+                                        "less when device memory is short)")
+                             ->check(CLI::Range(1, 1 << 20));
        sub.add_option("--recent-window", opt->gen.controller.recent_window, "Recent pages (minima)")
            ->check(CLI::Range(1u, 1u << 20));
        sub.add_option("--anchor-budget", opt->gen.controller.anchor_budget, "scored Anchor pages (minima)")
@@ -309,6 +315,7 @@ const Registration kCommand(
        sub.add_flag("--scoring", opt->gen.controller.scoring, "feed attention page scores to the controller (minima)");
        return std::function<int()>([=] {
          opt->prompt_given = prompt_opt->count() > 0;
+         opt->prefill_chunk_given = chunk_opt->count() > 0;
          return run_generate(*opt);
        });
      }});

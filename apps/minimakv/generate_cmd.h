@@ -22,8 +22,9 @@ struct GenerateCmdOptions {
   bool ignore_eos = false;     // benchmarks: always generate max_new_tokens
   bool prompt_logits = false;  // include the logits after the prompt in the JSON (parity checks)
   engine::GenerateOptions gen;
-  std::string weights = "auto";  // auto | bf16 | fp32 (engine::LoadOptions::Weights)
-  bool dummy_weights = false;    // --model names a directory with config.json alone
+  bool prefill_chunk_given = false;  // --prefill-chunk was on the command line; else the engine picks it
+  std::string weights = "auto";      // auto | bf16 | fp32 (engine::LoadOptions::Weights)
+  bool dummy_weights = false;        // --model names a directory with config.json alone
   uint64_t dummy_seed = 0;
   std::string fallback_tokenizer;  // tokenizer.json for a model directory without one
 };

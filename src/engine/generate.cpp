@@ -153,4 +153,25 @@ Session::Result Session::run(std::span<const int32_t> prompt, const std::functio
   return res;
 }
 
+size_t prefill_bytes_per_token(const model::ModelConfig& cfg, size_t context, int tokens_per_page, bool page_scores) {
+  const size_t h = static_cast<size_t>(cfg.hidden_size), mlp = static_cast<size_t>(cfg.intermediate_size);
+  const size_t qd = static_cast<size_t>(cfg.num_attention_heads * cfg.head_dim);
+  const size_t kvd = static_cast<size_t>(cfg.num_key_value_heads * cfg.head_dim);
+  // Residual, normed input, attention and MLP outputs; gate, up and their product; q, k, v and the
+  // attention output, all fp32; BF16 copies of the GEMM inputs.
+  size_t bytes = 4 * (4 * h + 3 * mlp + 2 * qd + 2 * kvd) + 2 * (h + mlp);
+  // The prefill workspace: the rotated query and a partial output per key split (16K-key splits).
+  bytes += 4 * qd * (2 + context / 16384);
+  if (page_scores)  // page_m and page_l of every page the row sees, per query head
+    bytes += 8 * static_cast<size_t>(cfg.num_attention_heads) * (context / static_cast<size_t>(tokens_per_page) + 1);
+  return bytes;
+}
+
+int auto_prefill_chunk(const Model& model, size_t context, const KvOptions& kv) {
+  const auto mem = model.backend().device_memory();
+  if (!mem) return kv.prefill_chunk;
+  return gpu_prefill_chunk(
+      mem->free, prefill_bytes_per_token(model.config(), context, kv.tokens_per_page, cache::retiers(kv.mode)));
+}
+
 }  // namespace minimakv::engine

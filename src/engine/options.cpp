@@ -112,4 +112,12 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   return out;
 }
 
+int gpu_prefill_chunk(size_t free_bytes, size_t bytes_per_token) {
+  int chunk = 4096;
+  const size_t per = std::max<size_t>(bytes_per_token, 1);
+  while (chunk > 2048 && static_cast<size_t>(chunk) * per > free_bytes / 4) chunk /= 2;
+  if (static_cast<size_t>(chunk) * per > free_bytes / 4) chunk = 512;
+  return chunk;
+}
+
 }  // namespace minimakv::engine

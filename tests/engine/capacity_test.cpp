@@ -1,10 +1,13 @@
 // KV capacity of a memory envelope: request bytes measured on a real store agree with the page layouts
 // (dense modes: every page of every layer in one format), the envelope arithmetic holds, minima holds
-// at least 4.5x the requests of bf16 at 16K tokens, and byte counts with units parse.
+// at least 4.5x the requests of bf16 at 16K tokens, and byte counts with units parse. Also the prefill
+// chunk a GPU run picks from its free memory.
 #include <gtest/gtest.h>
 
 #include "minimakv/codec/page_layout.h"
 #include "minimakv/engine/capacity.h"
+#include "minimakv/engine/generate.h"
+#include "minimakv/engine/options.h"
 #include "minimakv/model/config.h"
 
 namespace minimakv::engine {
@@ -33,7 +36,8 @@ TEST(Capacity, DenseModesMatchThePageLayoutsAndMinimaHoldsMore) {
     EXPECT_EQ(sum, r.request_bytes);
     EXPECT_LE(r.max_requests * r.request_bytes, envelope);
     EXPECT_GT((r.max_requests + 1) * r.request_bytes, envelope);
-    for (size_t f = 0; f < codec::kNumPageFormats; ++f) EXPECT_EQ(r.pool_bytes[f], r.max_requests * r.request_bytes_by_format[f]);
+    for (size_t f = 0; f < codec::kNumPageFormats; ++f)
+      EXPECT_EQ(r.pool_bytes[f], r.max_requests * r.request_bytes_by_format[f]);
   }
   // Minima: the Recent window and the sink page in FP8, every other page TQ3.
   const auto& m = rows[2];
@@ -57,3 +61,35 @@ TEST(Capacity, ByteCountsParseWithUnits) {
 
 }  // namespace
 }  // namespace minimakv::engine
+
+namespace minimakv {
+namespace {
+
+TEST(PrefillChunk, GpuChunksShrinkWithFreeMemoryAndStayWithinTheirRange) {
+  const size_t per = 300000;  // about the 8B geometry's bytes per chunk token at 32K
+  EXPECT_EQ(engine::gpu_prefill_chunk(100ull << 30, per), 4096);
+  // 4096 x 300 KB needs 1.2 GB, a quarter of 4.9 GB: below that the chunk halves once, then stops.
+  EXPECT_EQ(engine::gpu_prefill_chunk(4096ull * per * 4, per), 4096);
+  EXPECT_EQ(engine::gpu_prefill_chunk(4096ull * per * 4 - 1, per), 2048);
+  EXPECT_EQ(engine::gpu_prefill_chunk(2048ull * per * 4, per), 2048);
+  EXPECT_EQ(engine::gpu_prefill_chunk(2048ull * per * 4 - 1, per), 512);
+  EXPECT_EQ(engine::gpu_prefill_chunk(0, per), 512);
+}
+
+TEST(PrefillChunk, BytesPerTokenCountActivationsWorkspaceAndPagePartials) {
+  model::ModelConfig cfg;
+  cfg.hidden_size = 4096;
+  cfg.intermediate_size = 12288;
+  cfg.num_attention_heads = 32;
+  cfg.num_key_value_heads = 8;
+  cfg.head_dim = 128;
+  const size_t dense = engine::prefill_bytes_per_token(cfg, 32768, 64, false);
+  // fp32 activations and BF16 GEMM inputs: 4 (4h + 3 mlp + 2 qd + 2 kvd) + 2 (h + mlp); workspace 4 qd (2 + 2).
+  EXPECT_EQ(dense, 4u * (4 * 4096 + 3 * 12288 + 2 * 4096 + 2 * 1024) + 2u * (4096 + 12288) + 4u * 4096 * 4);
+  // Page scores add page_m and page_l for every page a row sees, per query head.
+  EXPECT_EQ(engine::prefill_bytes_per_token(cfg, 32768, 64, true) - dense, 8u * 32 * (32768 / 64 + 1));
+  EXPECT_LT(engine::prefill_bytes_per_token(cfg, 4096, 64, false), dense);
+}
+
+}  // namespace
+}  // namespace minimakv

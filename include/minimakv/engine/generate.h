@@ -33,7 +33,7 @@ struct GenerateResult {
   // decode_seconds of generate_batch: the sum of its decode passes (the batch decodes after every
   // prompt is in); of generate: from the end of the prompt to the last token.
   std::vector<double> step_seconds;  // wall time of each pure decode forward pass (and its checkpoint)
-  cache::Accounting accounting;  // at the end, before the sequence released its pages
+  cache::Accounting accounting;      // at the end, before the sequence released its pages
   // With keep_prompt_logits: the logits after the whole prompt, from the same forward passes, mode and
   // retier checkpoints that the generated tokens came from (the first token is sampled from these).
   std::vector<float> prompt_logits;
@@ -41,6 +41,13 @@ struct GenerateResult {
 
 GenerateResult generate(const Network& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         const std::function<void(int32_t)>& on_token = {});
+
+// Device bytes one chunk token of a prefill pass takes at `context` tokens: the fp32 activations of a
+// layer, the attention workspace's partials and, with page scores (minima), the per-page partials.
+size_t prefill_bytes_per_token(const model::ModelConfig& cfg, size_t context, int tokens_per_page, bool page_scores);
+// The prefill chunk the engine picks for `model` when the caller does not: KvOptions' default on the
+// CPU, gpu_prefill_chunk() from the free device memory on a GPU.
+int auto_prefill_chunk(const Model& model, size_t context, const KvOptions& kv);
 
 // Several prompts in one store sized for all of them, run together by the scheduler (prompt chunks and
 // decode rows share forward passes), each stopping at its own stop token or budget. on_token gets

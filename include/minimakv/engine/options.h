@@ -53,6 +53,14 @@ struct TokenLogprobs {
 void validate(const KvOptions& opt);
 void validate(const SamplingParams& opt);
 
+// Prompt tokens of one request per forward pass when the caller does not choose, for a GPU with
+// `free_bytes` of device memory free and a model whose prefill pass needs about `bytes_per_token` of
+// activations and attention workspace per chunk token: 4096 (large chunks keep the tensor cores busy;
+// 4096 prefilled a 32K prompt of the 8B geometry 1.18-1.22x faster than 512 on an H200,
+// docs/benchmarks.md), halved while the chunk would take more than a quarter of the free memory, not
+// below 2048 (or below 512 when even that does not fit). The CPU keeps KvOptions' 512.
+int gpu_prefill_chunk(size_t free_bytes, size_t bytes_per_token);
+
 // Picks the next token: argmax when temperature <= 0, else a seeded draw from the temperature-scaled
 // softmax restricted to the top_k most likely tokens (top_k <= 0: all) and then to the top-p nucleus
 // of those. rng_state advances by one draw per sampled token.
