@@ -68,4 +68,11 @@ inline std::vector<std::string> comma_list(const std::string& list) {
   return items;
 }
 
+// Whether `name` starts with one of the prefixes (an empty list keeps everything): the benches'
+// --configs style filters.
+inline bool matches_prefix(const std::vector<std::string>& prefixes, const std::string& name) {
+  return prefixes.empty() ||
+         std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+}
+
 }  // namespace minimakv::bench

@@ -185,10 +185,7 @@ int main(int argc, char** argv) {
       {"b32 128K h32/8 d128 p256", 32, 131072, 32, 8, 128, 256, 0.27},
   };
   if (quick) configs.resize(3);
-  if (!prefixes.empty())
-    std::erase_if(configs, [&](const Config& c) {
-      return std::none_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return c.name.rfind(p, 0) == 0; });
-    });
+  std::erase_if(configs, [&](const Config& c) { return !bench::matches_prefix(prefixes, c.name); });
   std::vector<Row> all;
   for (const auto& c : configs) {
     auto rows = run_config(c, reps, split_sizes, stdout);

@@ -249,14 +249,11 @@ int main(int argc, char** argv) {
       {"d256 32K h24/4 p256", 32768, 24, 4, 256, 256},
   };
   if (quick) configs.resize(2);
-  auto keep = [](const std::vector<std::string>& list, const std::string& name) {
-    return list.empty() ||
-           std::any_of(list.begin(), list.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
-  };
-  std::erase_if(configs, [&](const Config& c) { return !keep(prefixes, c.name); });
+  std::erase_if(configs, [&](const Config& c) { return !bench::matches_prefix(prefixes, c.name); });
   std::vector<cuda::PrefillKernel> kernels{cuda::PrefillKernel::kMma};
   if (cuda::prefill_wgmma_available()) kernels.insert(kernels.begin(), cuda::PrefillKernel::kWgmma);
-  std::erase_if(kernels, [&](cuda::PrefillKernel k) { return !keep(kernel_prefixes, cuda::to_string(k)); });
+  std::erase_if(kernels,
+                [&](cuda::PrefillKernel k) { return !bench::matches_prefix(kernel_prefixes, cuda::to_string(k)); });
   std::vector<Row> rows;
   bool all_valid = true;
   std::map<std::string, double> checked;  // geometry and arm -> error of its small check
@@ -270,7 +267,7 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * c.q_heads * c.d * (static_cast<double>(c.tokens) * (c.tokens + 1) / 2);
     for (const auto kernel : kernels) {
       for (Arm a : kArms) {
-        if (!keep(arm_prefixes, arm_name(a))) continue;
+        if (!bench::matches_prefix(arm_prefixes, arm_name(a))) continue;
         const std::string arm = std::string(arm_name(a)) + " " + cuda::to_string(kernel);
         const std::string key = std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + "/" +
                                 std::to_string(c.d) + "/" + std::to_string(c.B) + " " + arm;

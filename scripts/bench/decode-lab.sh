@@ -40,21 +40,5 @@ fi
 args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(--quick)
 lab_run cuda_decode_bench "$LAB" "$OUT" "${args[@]}"
-python3 - "$OUT" "$LAB" <<'PY'
-import glob, json, os, sys
-out, lab = sys.argv[1], sys.argv[2]
-names = sorted(os.path.basename(p)[:-5] for p in glob.glob(f"{out}/*.json"))
-runs = {n: {(x["config"], x["arm"]): x["us_median"] for x in json.load(open(f"{out}/{n}.json"))} for n in names}
-keys = list(dict.fromkeys(k for n in names for k in runs[n]))
-tilings = {n: open(f"{lab}/{n}/tiling").read().strip() for n in names if os.path.exists(f"{lab}/{n}/tiling")}
-print("variants (tile tokens / tiles ahead for bf16, fp8, tq3):", ", ".join(f"{n} {tilings.get(n, '?')}" for n in names))
-print(f"| config | arm | " + " | ".join(names) + " |")
-print("|---|---|" + "---|" * len(names))
-for k in keys:
-    if k[1] == "d2d-copy":
-        continue
-    vals = [runs[n].get(k) for n in names]
-    best = min(v for v in vals if v is not None)
-    cells = [("**%.1f**" if v == best else "%.1f") % v if v is not None else "-" for v in vals]
-    print(f"| {k[0]} | {k[1]} | " + " | ".join(cells) + " |")
-PY
+python3 scripts/bench/lab_table.py "$OUT" "$LAB" us_median min tiling \
+  "variants (tile tokens / tiles ahead for bf16, fp8, tq3)" d2d-copy

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end prefill of one long prompt through the engine on the GPU (dummy weights at real geometry),
 # every KV mode and prefill chunk size given, then one table of prefill tokens/s. Each run is one
-# `minimakv generate --json` (a minima run converts and scores pages after every chunk, as it serves).
+# `minimakv generate --json`; a minima run converts pages at the retier checkpoint after every chunk
+# (page scores only with --scoring, which these runs do not pass).
 #   BUILD=dir (prebuilt: dir/apps/minimakv/minimakv); CFG (default bench/configs/qwen3-8b);
 #   CONTEXT (default 32768); KVS (default "bf16 fp8 minima"); CHUNKS (default "4096"); OUT (JSON).
 set -euo pipefail

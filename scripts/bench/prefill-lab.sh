@@ -35,19 +35,4 @@ args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(--quick)
 lab_run cuda_prefill_bench "$LAB" "$OUT" "${args[@]}"
 grep -H "FAILED" "$OUT"/*.log || true
-python3 - "$OUT" "$LAB" <<'PY'
-import glob, json, os, sys
-out, lab = sys.argv[1], sys.argv[2]
-names = sorted(os.path.basename(p)[:-5] for p in glob.glob(f"{out}/*.json"))
-runs = {n: {(x["config"], x["arm"]): x["tflops"] for x in json.load(open(f"{out}/{n}.json"))} for n in names}
-keys = list(dict.fromkeys(k for n in names for k in runs[n]))
-macros = {n: open(f"{lab}/{n}/macros").read().strip() for n in names if os.path.exists(f"{lab}/{n}/macros")}
-print("variants:", ", ".join(f"{n} ({macros.get(n, '?')})" for n in names))
-print("| config | arm | " + " | ".join(f"{n} TFLOP/s" for n in names) + " |")
-print("|---|---|" + "---|" * len(names))
-for k in keys:
-    vals = [runs[n].get(k) for n in names]
-    best = max(v for v in vals if v is not None)
-    cells = [("**%.1f**" if v == best else "%.1f") % v if v is not None else "-" for v in vals]
-    print(f"| {k[0]} | {k[1]} | " + " | ".join(cells) + " |")
-PY
+python3 scripts/bench/lab_table.py "$OUT" "$LAB" tflops max macros variants

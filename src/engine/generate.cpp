@@ -171,7 +171,7 @@ int auto_prefill_chunk(const Model& model, size_t context, const KvOptions& kv) 
   const auto mem = model.backend().device_memory();
   if (!mem) return kv.prefill_chunk;
   return gpu_prefill_chunk(
-      mem->free, prefill_bytes_per_token(model.config(), context, kv.tokens_per_page, cache::retiers(kv.mode)));
+      mem->free, prefill_bytes_per_token(model.config(), context, kv.tokens_per_page, wants_page_scores(kv)));
 }
 
 }  // namespace minimakv::engine

@@ -340,7 +340,7 @@ StepStats Scheduler::step() {
     return st;
   }
   // ---- the forward pass; out of pages: preempt the newest request and retry without it
-  const bool scoring = cache::retiers(opt_.kv.mode) && opt_.kv.controller.scoring;
+  const bool scoring = wants_page_scores(opt_.kv);
   std::vector<float> logits;
   std::vector<std::vector<float>> scores;
   auto drop_items_of = [&](const Live* r) {

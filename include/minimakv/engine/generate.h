@@ -43,7 +43,7 @@ GenerateResult generate(const Network& model, std::span<const int32_t> prompt, c
                         const std::function<void(int32_t)>& on_token = {});
 
 // Device bytes one chunk token of a prefill pass takes at `context` tokens: the fp32 activations of a
-// layer, the attention workspace's partials and, with page scores (minima), the per-page partials.
+// layer, the attention workspace's partials and, with page scores, the per-page partials.
 size_t prefill_bytes_per_token(const model::ModelConfig& cfg, size_t context, int tokens_per_page, bool page_scores);
 // The prefill chunk the engine picks for `model` when the caller does not: KvOptions' default on the
 // CPU, gpu_prefill_chunk() from the free device memory on a GPU.

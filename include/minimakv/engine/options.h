@@ -53,6 +53,10 @@ struct TokenLogprobs {
 void validate(const KvOptions& opt);
 void validate(const SamplingParams& opt);
 
+// Whether forward passes compute attention page scores for the tier controller (a retiering mode with
+// scoring on): the one rule the scheduler and the prefill memory estimate share.
+inline bool wants_page_scores(const KvOptions& opt) { return cache::retiers(opt.mode) && opt.controller.scoring; }
+
 // Prompt tokens of one request per forward pass when the caller does not choose, for a GPU with
 // `free_bytes` of device memory free and a model whose prefill pass needs about `bytes_per_token` of
 // activations and attention workspace per chunk token: 4096 (large chunks keep the tensor cores busy;
