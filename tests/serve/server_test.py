@@ -113,6 +113,15 @@ class Server:
             return None
 
 
+def wait_metrics(srv, ok, tries=100):
+    """Whether /metrics satisfies ok within tries x 0.1 s (gauges that settle after the HTTP answer)."""
+    for _ in range(tries):
+        if ok(srv.metrics()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def metric(m, name, **labels):
     total = 0.0
     for k, v in m.items():
@@ -219,8 +228,9 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(16) as ex:
             done = list(ex.map(one, range(16), timeout=240))
         check(sum(done) == 16, f"16 concurrent clients complete ({sum(done)}/16)")
-        m = srv.metrics()
-        check(metric(m, "minimakv:num_requests_running") == 0 and metric(m, "minimakv:request_success_total", finished_reason="length") >= 16,
+        # A client has its last chunk before the server retires the request: the gauges settle shortly after.
+        check(wait_metrics(srv, lambda m: metric(m, "minimakv:num_requests_running") == 0
+                           and metric(m, "minimakv:request_success_total", finished_reason="length") >= 16),
               "/metrics: nothing running afterwards, the requests counted")
 
         # ---- a client that disconnects mid-stream has its request aborted and its pages freed
@@ -233,15 +243,10 @@ def main():
         mid = srv.metrics()
         check(metric(mid, "minimakv:num_requests_running") == 1, "the streaming request is running")
         sock.close()
-        freed = False
-        for _ in range(100):
-            after = srv.metrics()
-            if (metric(after, "minimakv:num_requests_running") == 0 and metric(after, "minimakv:kv_cache_request_pages") == 0
-                    and metric(after, "minimakv:request_success_total", finished_reason="abort")
-                    > metric(before, "minimakv:request_success_total", finished_reason="abort")):
-                freed = True
-                break
-            time.sleep(0.1)
+        freed = wait_metrics(srv, lambda m: metric(m, "minimakv:num_requests_running") == 0
+                             and metric(m, "minimakv:kv_cache_request_pages") == 0
+                             and metric(m, "minimakv:request_success_total", finished_reason="abort")
+                             > metric(before, "minimakv:request_success_total", finished_reason="abort"))
         check(freed, "a disconnect aborts the request and frees its pages (/metrics)")
 
         # ---- malformed requests get OpenAI-style 4xx errors and the server keeps serving
