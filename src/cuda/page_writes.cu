@@ -7,6 +7,7 @@
 #include "minimakv/codec/rotation.h"
 #include "minimakv/codec/tq3.h"
 #include "minimakv/cuda/page_writes.h"
+#include "tq3_convert.cuh"
 
 namespace minimakv::cuda {
 
@@ -166,6 +167,8 @@ __global__ void zero_dst_kernel(PoolViews pools, int dst_format, const ConvertJo
   for (size_t i = threadIdx.x; i < L.page_bytes; i += blockDim.x) page[i] = 0;
 }
 
+// TQ3 -> FP8 (promotion), one warp per (token, head) vector; kToTq3 = true is the former FP8 -> TQ3 path,
+// kept for the kernel lab's comparison (tq3_convert.cuh replaced it).
 template <bool kToTq3>
 __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float* signs, const ConvertJob* jobs,
                                codec::NormCorrection kcorr, codec::NormCorrection vcorr) {
@@ -241,11 +244,45 @@ void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, 
                         const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream) {
   validate(pools, geo, 1, 2, "convert_fp8_to_tq3");
   if (n_jobs <= 0) return;
+  // One launch for the K vectors and one for the V vectors, each with its norm correction.
+  const auto launch = [&]<int D, codec::NormCorrection C>(int kv) {
+    using S = detail::Tq3ConvertShape<D>;
+    const int chunks = (geo.tokens_per_page + S::kRowsPerBlock - 1) / S::kRowsPerBlock;
+    const long long blocks = static_cast<long long>(n_jobs) * geo.kv_heads * chunks;
+    if (blocks > 0x7fffffffLL) throw std::invalid_argument("convert_fp8_to_tq3: too many jobs in one launch");
+    detail::fp8_to_tq3_kernel<D, C><<<static_cast<unsigned>(blocks), 32 * S::kWarps, 0, stream>>>(
+        pools, geo.kv_heads, geo.tokens_per_page, chunks, kv, signs, jobs);
+  };
+  const auto by_corr = [&]<int D>(int kv, codec::NormCorrection c) {
+    switch (c) {
+      case codec::NormCorrection::kUnbiased: launch.template operator()<D, codec::NormCorrection::kUnbiased>(kv); break;
+      case codec::NormCorrection::kMinMse: launch.template operator()<D, codec::NormCorrection::kMinMse>(kv); break;
+      case codec::NormCorrection::kPreserveNorm:
+        launch.template operator()<D, codec::NormCorrection::kPreserveNorm>(kv);
+        break;
+      default: launch.template operator()<D, codec::NormCorrection::kNone>(kv); break;
+    }
+  };
+  for (int kv = 0; kv < 2; ++kv) {
+    const codec::NormCorrection c = kv ? policy.values : policy.keys;
+    switch (geo.head_dim) {
+      case 64: by_corr.template operator()<64>(kv, c); break;
+      case 128: by_corr.template operator()<128>(kv, c); break;
+      default: by_corr.template operator()<256>(kv, c); break;
+    }
+  }
+  check(cudaGetLastError(), "convert_fp8_to_tq3");
+}
+
+void convert_fp8_to_tq3_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                                   const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream) {
+  validate(pools, geo, 1, 2, "convert_fp8_to_tq3_per_vector");
+  if (n_jobs <= 0) return;
   zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 2, jobs);
   const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
   convert_kernel<true><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page,
                                                                  signs, jobs, policy.keys, policy.values);
-  check(cudaGetLastError(), "convert_fp8_to_tq3");
+  check(cudaGetLastError(), "convert_fp8_to_tq3_per_vector");
 }
 
 void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,

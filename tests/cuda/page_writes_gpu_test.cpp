@@ -4,6 +4,7 @@
 // written on the CPU survives the upload/download round trip unchanged.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -35,6 +36,9 @@ std::vector<uint8_t> random_fp8_page(std::mt19937_64& rng, const codec::PageLayo
     if (t % 11 == 5) k[1] *= 300.0f;
     if (t % 13 == 6) v[2] = std::numeric_limits<float>::quiet_NaN();
     if (t % 17 == 8) v[3] = std::numeric_limits<float>::infinity();
+    // Finite but huge: the rotated vector's sum of squares overflows fp32 (the encoder's 2^-64 path).
+    if (t % 19 == 9)
+      for (int i = 0; i < g.head_dim; ++i) k[g.head_dim + i] *= 1e30f;
     codec::write_token(page, L, t, k, v);
   }
   return page;
@@ -109,7 +113,7 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   for (int d : {64, 128, 256}) {
-    for (int B : {16, 832}) {
+    for (int B : {16, 37, 832}) {  // 37: rows and metadata end inside a 16-byte block (padding)
       const codec::PageGeometry g{B, 2, d};
       const int layers = 3, jobs_n = 6;
       cuda::DevicePagePool pool(g, jobs_n + 1);
@@ -129,7 +133,8 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
       cuda::DeviceArray<cuda::ConvertJob> dj(jobs.size());
       cuda::check(cudaMemcpy(dj.get(), jobs.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
       for (const codec::Tq3Policy pol :
-           {codec::Tq3Policy{}, codec::Tq3Policy{codec::NormCorrection::kPreserveNorm, codec::NormCorrection::kNone}}) {
+           {codec::Tq3Policy{}, codec::Tq3Policy{codec::NormCorrection::kPreserveNorm, codec::NormCorrection::kNone},
+            codec::Tq3Policy{codec::NormCorrection::kMinMse, codec::NormCorrection::kUnbiased}}) {
         // Poison the destinations: the kernel must write every byte.
         for (int j = 1; j <= jobs_n; ++j)
           cuda::check(cudaMemset(pool.page(PageFormat::kTq3, j), 0xa5, TL.bytes()), "poison");
@@ -159,6 +164,59 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
         EXPECT_EQ(got, want) << "tq3->fp8 d=" << d << " B=" << B << " job " << job.src_page;
       }
     }
+  }
+}
+
+// The fused FP8 -> TQ3 kernel against the former per-vector kernel on many large pages written on the
+// device (more vectors than the CPU codec checks quickly): every byte of the TQ3 pool equal, for every
+// head_dim, full and partial pages, several layers, and destinations poisoned differently before each.
+TEST(GpuPageWrites, FusedConversionEqualsPerVectorKernelOnLargePages) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  for (int d : {64, 128, 256}) {
+    const codec::PageGeometry g{d == 256 ? 1792 : 256, d == 64 ? 8 : 4, d};
+    const int jobs_n = d == 256 ? 8 : 24, layers = 4;
+    cuda::DevicePagePool pool(g, jobs_n + 1);
+    const auto views = pool.views();
+    // Random FP8 pages through the append kernel (checked against the CPU codec above).
+    const size_t vec = static_cast<size_t>(g.kv_heads) * d, n_tok = static_cast<size_t>(jobs_n) * g.tokens_per_page;
+    auto k = random_rows(rng, n_tok * vec), v = random_rows(rng, n_tok * vec);
+    for (size_t t = 0; t < n_tok; t += 97) k[t * vec + rng() % vec] *= 1e4f;  // outliers
+    std::vector<cuda::AppendSlot> slots;
+    for (int j = 0; j < jobs_n; ++j)
+      for (int t = 0; t < g.tokens_per_page; ++t) slots.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(t)});
+    cuda::DeviceArray<float> dk(k.size()), dv(v.size());
+    cuda::DeviceArray<cuda::AppendSlot> ds(slots.size());
+    cuda::check(cudaMemcpy(dk.get(), k.data(), dk.bytes(), cudaMemcpyHostToDevice), "k");
+    cuda::check(cudaMemcpy(dv.get(), v.data(), dv.bytes(), cudaMemcpyHostToDevice), "v");
+    cuda::check(cudaMemcpy(ds.get(), slots.data(), ds.bytes(), cudaMemcpyHostToDevice), "slots");
+    cuda::append_tokens(views, PageFormat::kFp8, g, dk.get(), dv.get(), ds.get(), static_cast<int>(n_tok), nullptr);
+    std::vector<cuda::ConvertJob> jobs;
+    for (int j = 0; j < jobs_n; ++j) {
+      const int tokens = j % 3 == 0 ? g.tokens_per_page : 1 + static_cast<int>(rng() % g.tokens_per_page);
+      jobs.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(jobs_n - j), static_cast<uint32_t>(tokens),
+                      static_cast<uint32_t>(rng() % layers)});
+    }
+    cuda::DeviceArray<cuda::ConvertJob> dj(jobs.size());
+    cuda::check(cudaMemcpy(dj.get(), jobs.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
+    const auto signs = cuda::upload_rotation_signs(layers, g.kv_heads, d, codec::kDefaultRotationSeed);
+    const size_t pool_bytes = (jobs_n + 1) * pool.layout(PageFormat::kTq3).bytes();
+    std::vector<uint8_t> want(pool_bytes), got(pool_bytes);
+    cuda::check(cudaMemset(views.base[2], 0x5a, pool_bytes), "poison");
+    cuda::convert_fp8_to_tq3_per_vector(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr);
+    cuda::check(cudaMemcpy(want.data(), views.base[2], pool_bytes, cudaMemcpyDeviceToHost), "want");
+    cuda::check(cudaMemset(views.base[2], 0xa5, pool_bytes), "poison");
+    cuda::check(cudaMemcpy(views.base[2], want.data(), pool.layout(PageFormat::kTq3).bytes(), cudaMemcpyHostToDevice),
+                "null page");  // page 0 is no job's destination: copy it so only job pages are compared
+    cuda::convert_fp8_to_tq3(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr);
+    cuda::check(cudaMemcpy(got.data(), views.base[2], pool_bytes, cudaMemcpyDeviceToHost), "got");
+    size_t differ = 0, first = pool_bytes;
+    for (size_t i = 0; i < pool_bytes; ++i)
+      if (got[i] != want[i]) {
+        ++differ;
+        first = std::min(first, i);
+      }
+    EXPECT_EQ(differ, 0u) << "d=" << d << ": " << differ << " bytes differ, the first at " << first;
   }
 }
 
