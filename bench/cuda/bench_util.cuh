@@ -26,6 +26,15 @@ __global__ inline void fill_random(float* x, size_t n, uint64_t seed, float offs
   }
 }
 
+// counter += the number of positions where a and b differ.
+__global__ inline void count_mismatches(const uint8_t* a, const uint8_t* b, size_t n, unsigned long long* counter) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    local += a[i] != b[i];
+  if (local) atomicAdd(counter, local);
+}
+
 struct Stat {
   double median, lo, hi;
 };

@@ -2,6 +2,9 @@
 // run, on pages written by our own append and conversion kernels, timed with CUDA events (warm-up, then
 // >= 20 timed repetitions; median and min-max). Effective bandwidth counts the K/V codes and metadata the
 // kernel reads (DecodeStats). A device-to-device copy gives the bandwidth ceiling of the same machine.
+// Each configuration also converts its Stale pages FP8 -> TQ3 with the fused kernel and with the former
+// per-vector one, checks on the device that both wrote the same bytes, and times both ("convert" rows,
+// GB/s counting the FP8 bytes read and the TQ3 pages written, as the copy row counts read + write).
 // --split-tokens LIST (e.g. 128,256,512,1024) adds, for every arm, rows at those fixed split sizes
 // beside the automatic one ("fp8/s256"), the data behind the plan's automatic rule.
 // --configs LIST keeps the configurations whose names start with one of the comma-separated prefixes.
@@ -79,9 +82,35 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
   const auto signs = cuda::upload_rotation_signs(1, c.kv_heads, c.d, codec::kDefaultRotationSeed);
   cuda::DeviceArray<cuda::ConvertJob> djobs(std::max<size_t>(1, jobs.size()));
   cuda::check(cudaMemcpy(djobs.get(), jobs.data(), jobs.size() * sizeof(jobs[0]), cudaMemcpyHostToDevice), "jobs");
-  const Stat conv = time_events(1, 5, [&] {
-    cuda::convert_fp8_to_tq3(views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
-  });
+  // Both FP8 -> TQ3 kernels: the per-vector one first, its TQ3 pool kept; the fused one must write the
+  // same bytes (checked on the device) before either is timed.
+  const auto convert = [&](bool fused) {
+    (fused ? cuda::convert_fp8_to_tq3 : cuda::convert_fp8_to_tq3_per_vector)(
+        views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
+  };
+  const size_t tq3_pool_bytes = (n_pages + 1) * views.layout[2].page_bytes;
+  unsigned long long conv_mismatches = 0;
+  {
+    convert(false);
+    cuda::DeviceArray<uint8_t> want(tq3_pool_bytes);
+    cuda::check(cudaMemcpy(want.get(), views.base[2], tq3_pool_bytes, cudaMemcpyDeviceToDevice), "snapshot");
+    // Poison the jobs' destination pages only (the others are no conversion's output).
+    for (const auto& j : jobs)
+      cuda::check(cudaMemsetAsync(views.base[2] + static_cast<size_t>(j.dst_page) * views.layout[2].page_bytes, 0xa5,
+                                  views.layout[2].page_bytes),
+                  "poison");
+    convert(true);
+    cuda::DeviceArray<unsigned long long> counter(1);
+    cuda::check(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), "counter");
+    bench::count_mismatches<<<1024, 256>>>(want.get(), views.base[2], tq3_pool_bytes, counter.get());
+    cuda::check(cudaMemcpy(&conv_mismatches, counter.get(), sizeof conv_mismatches, cudaMemcpyDeviceToHost), "count");
+  }
+  const Stat conv_old = time_events(1, 10, [&] { convert(false); });
+  const Stat conv = time_events(2, 20, [&] { convert(true); });
+  // Bytes a conversion moves: the FP8 codes and scales it reads, the whole TQ3 pages it writes.
+  double conv_bytes = 0;
+  for (const auto& j : jobs)
+    conv_bytes += static_cast<double>(j.tokens) * c.kv_heads * 2 * (c.d + 4) + views.layout[2].page_bytes;
   cuda::check(cudaDeviceSynchronize(), "build pages");
 
   const cuda::DecodeShape shape{c.q_heads, c.kv_heads, c.d, c.B, 0.0f};
@@ -129,9 +158,21 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
                     2.0 * n / (t.median * 1e-3) / 1e9,
                     n / 1e6});
   }
+  const double copy_gbps = rows.back().gbps;
+  rows.push_back({c.name, "convert", conv_mismatches ? "MISMATCH" : "fused",
+                  {conv.median * 1e3, conv.lo * 1e3, conv.hi * 1e3}, conv_bytes / (conv.median * 1e-3) / 1e9,
+                  conv_bytes / 1e6});
+  rows.push_back({c.name, "convert", "per-vector",
+                  {conv_old.median * 1e3, conv_old.lo * 1e3, conv_old.hi * 1e3},
+                  conv_bytes / (conv_old.median * 1e-3) / 1e9, conv_bytes / 1e6});
   if (log)
-    std::fprintf(log, "%s: converted %zu FP8 pages to TQ3 in %.3f ms (median of 5), %.1f pages/ms\n", c.name.c_str(),
-                 jobs.size(), conv.median, jobs.size() / conv.median);
+    std::fprintf(log,
+                 "%s: converted %zu FP8 pages to TQ3: fused %.3f ms (%.1f pages/ms, %.0f GB/s read + written, %.0f%% of "
+                 "copy), per-vector %.3f ms (%.2fx the fused time); fused bytes %s the per-vector kernel's%s\n",
+                 c.name.c_str(), jobs.size(), conv.median, jobs.size() / conv.median,
+                 conv_bytes / (conv.median * 1e-3) / 1e9, 100.0 * conv_bytes / (conv.median * 1e-3) / 1e9 / copy_gbps,
+                 conv_old.median, conv_old.median / conv.median, conv_mismatches ? "DIFFER FROM" : "equal",
+                 conv_mismatches ? (" (" + std::to_string(conv_mismatches) + " bytes)").c_str() : "");
   return rows;
 }
 
@@ -202,7 +243,7 @@ int main(int argc, char** argv) {
     if (r.arm == "bf16") bf16_us = r.us.median;
     std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(),
                 r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
-                r.arm == "d2d-copy" ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
+                (r.arm == "d2d-copy" || r.arm == "convert") ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
     if (jf)
       std::fprintf(jf,
                    "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "
@@ -214,5 +255,6 @@ int main(int argc, char** argv) {
     std::fprintf(jf, "]\n");
     std::fclose(jf);
   }
-  return 0;
+  // A fused conversion that wrote other bytes than the per-vector kernel fails the run.
+  return std::any_of(all.begin(), all.end(), [](const Row& r) { return r.route == "MISMATCH"; }) ? 1 : 0;
 }
