@@ -35,15 +35,25 @@ fi
 san_rc=0
 if part sanitizer && command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
   echo "== compute-sanitizer (memcheck, racecheck) on the small GPU tests"
-  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.Accounting*:GpuPrefill.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.Accounting*:GpuPrefill.BadPlans*:GpuPrefill.RecentFp8*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  # racecheck does not model bar.arrive as a release (the probe below shows it on a correct ring), so the
+  # prefill tests, whose producer and consumer warps hand tiles over that way, run under memcheck only.
+  no_named_barriers='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
   for tool in memcheck racecheck; do
+    filter=$small
+    [[ $tool == racecheck ]] && filter=$no_named_barriers
     if compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/cuda_tests" --gtest_brief=1 \
-         --gtest_filter="$small" >"$OUT/sanitizer-$tool.log" 2>&1; then
+         --gtest_filter="$filter" >"$OUT/sanitizer-$tool.log" 2>&1; then
       echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1 | sed 's/=* *//')"
     else
       san_rc=$?; echo "$tool: FAILED (rc $san_rc)"; tail -n 30 "$OUT/sanitizer-$tool.log"
     fi
   done
+  if [[ -x "$BUILD/tests/racecheck_probe" ]]; then
+    compute-sanitizer --tool racecheck "$BUILD/tests/racecheck_probe" >"$OUT/racecheck-probe.log" 2>&1 || true
+    echo "racecheck on a correct bar.arrive/bar.sync ring: $(grep -E 'RACECHECK SUMMARY' "$OUT/racecheck-probe.log" |
+      sed 's/=* *//') ($(grep -o 'consumers read .*' "$OUT/racecheck-probe.log"))"
+  fi
 fi
 
 parity_rc=0

@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:-build/release}
 DST=${2:-build/gpu-carry}
-cmake --build "$SRC" -j"$(nproc)" --target cuda_tests cuda_decode_bench cuda_prefill_bench cuda_gemm_bench minimakv
+cmake --build "$SRC" -j"$(nproc)" --target cuda_tests racecheck_probe cuda_decode_bench cuda_prefill_bench cuda_gemm_bench minimakv
 rm -rf "$DST" && mkdir -p "$DST/tests" "$DST/bench" "$DST/apps/minimakv" "$DST/runtime-libs"
-cp "$SRC/tests/cuda_tests" "$DST/tests/"
+cp "$SRC/tests/cuda_tests" "$SRC/tests/racecheck_probe" "$DST/tests/"
 cp "$SRC/bench/cuda_decode_bench" "$SRC/bench/cuda_prefill_bench" "$SRC/bench/cuda_gemm_bench" "$DST/bench/"
 cp "$SRC/apps/minimakv/minimakv" "$DST/apps/minimakv/"
 # Every Debian library the binaries link (Highway, xxHash, fmt, PCRE2, cpp-httplib and its TLS and
