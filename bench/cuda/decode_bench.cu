@@ -4,7 +4,8 @@
 // kernel reads (DecodeStats). A device-to-device copy gives the bandwidth ceiling of the same machine.
 // Each configuration also converts its Stale pages FP8 -> TQ3 with the fused kernel and with the former
 // per-vector one, checks on the device that both wrote the same bytes, and times both ("convert" rows,
-// GB/s counting the FP8 bytes read and the TQ3 pages written, as the copy row counts read + write).
+// GB/s counting the FP8 bytes read and the TQ3 pages written, as the copy row counts read + write); then
+// the same for the promotion back to FP8 ("promote" rows), after the decode arms.
 // --split-tokens LIST (e.g. 128,256,512,1024) adds, for every arm, rows at those fixed split sizes
 // beside the automatic one ("fp8/s256"), the data behind the plan's automatic rule.
 // --configs LIST keeps the configurations whose names start with one of the comma-separated prefixes.
@@ -173,6 +174,46 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
                  conv_bytes / (conv.median * 1e-3) / 1e9, 100.0 * conv_bytes / (conv.median * 1e-3) / 1e9 / copy_gbps,
                  conv_old.median, conv_old.median / conv.median, conv_mismatches ? "DIFFER FROM" : "equal",
                  conv_mismatches ? (" (" + std::to_string(conv_mismatches) + " bytes)").c_str() : "");
+  // Promotion (TQ3 -> FP8) of the same pages into their FP8 slots, by both kernels (the decode arms are
+  // done with those pages), checked equal on the device before timing.
+  // Each job's source and destination ids are equal, so the same job array serves both directions.
+  const auto promote = [&](bool fused) {
+    (fused ? cuda::convert_tq3_to_fp8 : cuda::convert_tq3_to_fp8_per_vector)(
+        views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), nullptr);
+  };
+  unsigned long long prom_mismatches = 0;
+  {
+    const size_t fp8_pool_bytes = (n_pages + 1) * views.layout[1].page_bytes;
+    promote(false);
+    cuda::DeviceArray<uint8_t> want(fp8_pool_bytes);
+    cuda::check(cudaMemcpy(want.get(), views.base[1], fp8_pool_bytes, cudaMemcpyDeviceToDevice), "snapshot");
+    for (const auto& j : jobs)
+      cuda::check(cudaMemsetAsync(views.base[1] + static_cast<size_t>(j.dst_page) * views.layout[1].page_bytes, 0xa5,
+                                  views.layout[1].page_bytes),
+                  "poison");
+    promote(true);
+    cuda::DeviceArray<unsigned long long> counter(1);
+    cuda::check(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), "counter");
+    bench::count_mismatches<<<1024, 256>>>(want.get(), views.base[1], fp8_pool_bytes, counter.get());
+    cuda::check(cudaMemcpy(&prom_mismatches, counter.get(), sizeof prom_mismatches, cudaMemcpyDeviceToHost), "count");
+  }
+  const Stat prom_old = time_events(1, 10, [&] { promote(false); });
+  const Stat prom = time_events(2, 20, [&] { promote(true); });
+  double prom_bytes = 0;  // TQ3 codes and alphas read, whole FP8 pages written
+  for (const auto& j : jobs)
+    prom_bytes += static_cast<double>(j.tokens) * c.kv_heads * 2 * (3.0 * c.d / 8 + 2) + views.layout[1].page_bytes;
+  rows.push_back({c.name, "promote", prom_mismatches ? "MISMATCH" : "fused",
+                  {prom.median * 1e3, prom.lo * 1e3, prom.hi * 1e3}, prom_bytes / (prom.median * 1e-3) / 1e9,
+                  prom_bytes / 1e6});
+  rows.push_back({c.name, "promote", "per-vector", {prom_old.median * 1e3, prom_old.lo * 1e3, prom_old.hi * 1e3},
+                  prom_bytes / (prom_old.median * 1e-3) / 1e9, prom_bytes / 1e6});
+  if (log)
+    std::fprintf(log,
+                 "%s: promoted %zu TQ3 pages to FP8: fused %.3f ms (%.0f GB/s, %.0f%% of copy), per-vector %.3f ms "
+                 "(%.2fx); fused bytes %s the per-vector kernel's\n",
+                 c.name.c_str(), jobs.size(), prom.median, prom_bytes / (prom.median * 1e-3) / 1e9,
+                 100.0 * prom_bytes / (prom.median * 1e-3) / 1e9 / copy_gbps, prom_old.median,
+                 prom_old.median / prom.median, prom_mismatches ? "DIFFER FROM" : "equal");
   return rows;
 }
 
@@ -243,7 +284,7 @@ int main(int argc, char** argv) {
     if (r.arm == "bf16") bf16_us = r.us.median;
     std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(),
                 r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
-                (r.arm == "d2d-copy" || r.arm == "convert") ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
+                (r.arm == "d2d-copy" || r.arm == "convert" || r.arm == "promote") ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
     if (jf)
       std::fprintf(jf,
                    "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "

@@ -167,8 +167,8 @@ __global__ void zero_dst_kernel(PoolViews pools, int dst_format, const ConvertJo
   for (size_t i = threadIdx.x; i < L.page_bytes; i += blockDim.x) page[i] = 0;
 }
 
-// TQ3 -> FP8 (promotion), one warp per (token, head) vector; kToTq3 = true is the former FP8 -> TQ3 path,
-// kept for the kernel lab's comparison (tq3_convert.cuh replaced it).
+// The former conversions, one warp per (token, head) vector through shared memory after a zeroing pass
+// (tq3_convert.cuh replaced both): the baselines the benchmark and the tests compare the fused kernels with.
 template <bool kToTq3>
 __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float* signs, const ConvertJob* jobs,
                                codec::NormCorrection kcorr, codec::NormCorrection vcorr) {
@@ -289,12 +289,32 @@ void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, 
                         const ConvertJob* jobs, int n_jobs, cudaStream_t stream) {
   validate(pools, geo, 2, 1, "convert_tq3_to_fp8");
   if (n_jobs <= 0) return;
+  const auto launch = [&]<int D>() {
+    using S = detail::Tq3ConvertShape<D>;
+    const int chunks = (geo.tokens_per_page + S::kRowsPerBlock - 1) / S::kRowsPerBlock;
+    const long long blocks = static_cast<long long>(n_jobs) * geo.kv_heads * 2 * chunks;
+    if (blocks > 0x7fffffffLL) throw std::invalid_argument("convert_tq3_to_fp8: too many jobs in one launch");
+    detail::tq3_to_fp8_kernel<D><<<static_cast<unsigned>(blocks), 32 * S::kWarps, 0, stream>>>(
+        pools, geo.kv_heads, geo.tokens_per_page, chunks, signs, jobs);
+  };
+  switch (geo.head_dim) {
+    case 64: launch.template operator()<64>(); break;
+    case 128: launch.template operator()<128>(); break;
+    default: launch.template operator()<256>(); break;
+  }
+  check(cudaGetLastError(), "convert_tq3_to_fp8");
+}
+
+void convert_tq3_to_fp8_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                                   const ConvertJob* jobs, int n_jobs, cudaStream_t stream) {
+  validate(pools, geo, 2, 1, "convert_tq3_to_fp8_per_vector");
+  if (n_jobs <= 0) return;
   zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 1, jobs);
   const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
   convert_kernel<false>
       <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
                                                  codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
-  check(cudaGetLastError(), "convert_tq3_to_fp8");
+  check(cudaGetLastError(), "convert_tq3_to_fp8_per_vector");
 }
 
 }  // namespace minimakv::cuda

@@ -1,6 +1,7 @@
-// The FP8 -> TQ3 page conversion as one fused pass: load, un-scale, rotate, quantize, pack, store.
+// The TQ3 page conversions as fused passes: FP8 -> TQ3 (load, un-scale, rotate, quantize, pack, store)
+// and its inverse, the promotion TQ3 -> FP8 (unpack, scale, rotate back, quantize to E4M3, store).
 //
-// Owns: fp8_to_tq3_kernel<D>. A group of G = D / 32 consecutive lanes encodes one (token, head, K|V)
+// Owns: fp8_to_tq3_kernel<D, Corr> and tq3_to_fp8_kernel<D>. A group of G = D / 32 consecutive lanes encodes one (token, head, K|V)
 // vector, each lane holding 32 of its elements in registers, so the rotation and every reduction run on
 // registers and shuffles with no shared-memory round trip per stage. Lane t of a group owns the elements
 //     i = jl + JL * t + 32 * hi,   jl in [0, JL), hi in [0, G), JL = 32 / G,
@@ -382,6 +383,144 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
   if (chunk == chunks - 1) {
     const int pad = static_cast<int>(DL.meta_stride) - 2 * B;
     if (static_cast<int>(threadIdx.x) < pad) dst_meta[2 * B + threadIdx.x] = 0;
+  }
+}
+
+// The bits [bit, bit + n) (n <= 48) of a 4-byte-aligned little-endian byte row, from bit 0.
+__device__ inline uint64_t row_bits(const uint8_t* row, int bit, int n) {
+  const auto* w = reinterpret_cast<const uint32_t*>(row) + (bit >> 5);
+  const int sh = bit & 31;
+  const uint64_t lo = (static_cast<uint64_t>(w[1]) << 32) | w[0];
+  uint64_t v = lo >> sh;
+  if (sh + n > 64) v |= static_cast<uint64_t>(w[2]) << (64 - sh);
+  return v;
+}
+
+// Promotion, blocks (job, head, K|V, chunk), chunk fastest. Each warp stages its rows' packed codes
+// (384 contiguous bytes) with 16-byte loads, each lane takes its runs' codes from there, and the vector
+// is decoded (alpha times the level), rotated back (FWHT, 1/sqrt(D), signs) and encoded as E4M3 with
+// codec::fp8_encode_vector's scale and rounding. The staged rows carry 8 spare bytes, so a run's bits
+// are read with whole-word loads.
+template <int D>
+__global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
+    tq3_to_fp8_kernel(PoolViews pools, int H, int B, int chunks, const float* signs, const ConvertJob* jobs) {
+  using S = Tq3ConvertShape<D>;
+  constexpr int G = S::kGroup, JL = S::kRun, W = S::kWords;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = lane & (G - 1), gi = lane / G;
+  int rest = blockIdx.x;
+  const int chunk = rest % chunks;
+  rest /= chunks;
+  const int kv = rest & 1;
+  rest >>= 1;
+  const int h = rest % H;
+  const ConvertJob job = jobs[rest / H];
+
+  __shared__ float levels[8];
+  __shared__ __align__(16) uint8_t staged[S::kWarps][S::kRowsPerWarp * S::kRowBytes + 16];
+  if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(threadIdx.x);
+
+  const DeviceLayout SL = pools.layout[static_cast<int>(codec::PageFormat::kTq3)];
+  const DeviceLayout DL = pools.layout[static_cast<int>(codec::PageFormat::kFp8)];
+  const uint8_t* src = pools.base[static_cast<int>(codec::PageFormat::kTq3)] +
+                       static_cast<size_t>(job.src_page) * SL.page_bytes;
+  uint8_t* dst =
+      pools.base[static_cast<int>(codec::PageFormat::kFp8)] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
+  const uint8_t* src_codes = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride;
+  const uint16_t* src_alpha =
+      reinterpret_cast<const uint16_t*>(src + (kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(h) * SL.meta_stride);
+  uint8_t* dst_codes = dst + (kv ? DL.v_codes : 0) + static_cast<size_t>(h) * DL.code_stride;
+  float* dst_scale =
+      reinterpret_cast<float*>(dst + (kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(h) * DL.meta_stride);
+
+  // Bit (32 hi + jl) of `negate`: the sign of element (hi, jl); (-y) * 1 == y * (-1) exactly.
+  uint32_t negate = 0;
+  {
+    const float* sg = signs + (static_cast<size_t>(job.layer) * H + h) * D;
+#pragma unroll
+    for (int hi = 0; hi < G; ++hi)
+#pragma unroll
+      for (int jl = 0; jl < JL; ++jl)
+        if (sg[32 * hi + JL * t + jl] < 0.0f) negate |= 1u << (hi * JL + jl);
+  }
+  const int tokens = static_cast<int>(job.tokens);
+  const float c = codec::inv_sqrt_dim(D);
+  __syncthreads();  // levels[]
+
+  const int first = chunk * S::kRowsPerBlock + warp * S::kRowsPerWarp * S::kPasses;
+#pragma unroll 1
+  for (int pass = 0; pass < S::kPasses; ++pass) {
+    const int base = first + pass * S::kRowsPerWarp;
+    const int row = base + gi;
+    const bool live = row < tokens;
+    // Stage the warp's packed rows (rows at or past `tokens` are never read as codes).
+    const int valid = (min(tokens, B) - base) * S::kRowBytes;
+    if (lane < 24 && 16 * lane < valid)
+      *reinterpret_cast<uint4*>(staged[warp] + 16 * lane) =
+          *reinterpret_cast<const uint4*>(src_codes + static_cast<size_t>(base) * S::kRowBytes + 16 * lane);
+    const float alpha = live ? codec::half_to_float(src_alpha[row]) : 0.0f;
+    __syncwarp();
+    float x[G][JL];
+#pragma unroll
+    for (int hi = 0; hi < G; ++hi) {
+      const uint64_t bits = row_bits(staged[warp] + gi * S::kRowBytes, 3 * (32 * hi + JL * t), 3 * JL);
+#pragma unroll
+      for (int jl = 0; jl < JL; ++jl)
+        x[hi][jl] = live ? codec::detail::mul_rn(alpha, levels[(bits >> (3 * jl)) & 7u]) : 0.0f;
+    }
+    __syncwarp();  // the staging row is rewritten by the next pass
+    group_fwht<G, JL>(x, t);
+    float amax = 0.0f;
+#pragma unroll
+    for (int hi = 0; hi < G; ++hi)
+#pragma unroll
+      for (int jl = 0; jl < JL; ++jl) {
+        float v = codec::detail::mul_rn(x[hi][jl], c);
+        if ((negate >> (hi * JL + jl)) & 1u) v = -v;
+        x[hi][jl] = v;
+        if (codec::detail::is_finite_bits(v)) amax = fmaxf(amax, fabsf(v));
+      }
+#pragma unroll
+    for (int m = 1; m < G; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kAllLanes, amax, m));
+    const float scale = codec::detail::div_rn(amax, codec::kFp8E4M3Max);
+    if (row < B) {
+      uint32_t out[G * W];
+#pragma unroll
+      for (int hi = 0; hi < G; ++hi)
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          uint32_t word = 0;
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const float v = x[hi][4 * w + b];
+            uint8_t code;
+            if (!codec::detail::is_finite_bits(v))
+              code = scale > 0.0f ? codec::fp8_e4m3_from_float(v) : (codec::detail::is_nan_bits(v) ? codec::kFp8NaN : 0);
+            else
+              code = scale > 0.0f ? codec::fp8_e4m3_from_float(codec::detail::div_rn(v, scale)) : 0;
+            word |= static_cast<uint32_t>(code) << (8 * b);
+          }
+          out[hi * W + w] = live ? word : 0u;
+        }
+      uint8_t* p = dst_codes + static_cast<size_t>(row) * D + JL * t;
+#pragma unroll
+      for (int hi = 0; hi < G; ++hi) {
+        if constexpr (W == 1) {
+          *reinterpret_cast<uint32_t*>(p + 32 * hi) = out[hi];
+        } else if constexpr (W == 2) {
+          *reinterpret_cast<uint2*>(p + 32 * hi) = make_uint2(out[2 * hi], out[2 * hi + 1]);
+        } else {
+          *reinterpret_cast<uint4*>(p + 32 * hi) =
+              make_uint4(out[4 * hi], out[4 * hi + 1], out[4 * hi + 2], out[4 * hi + 3]);
+        }
+      }
+      if (t == 0) dst_scale[row] = live ? scale : 0.0f;
+    }
+  }
+  // The scale block's alignment padding, by the block holding row B - 1 (FP8 rows need none: D bytes).
+  if (chunk == chunks - 1) {
+    const int pad = static_cast<int>(DL.meta_stride) - 4 * B;
+    if (static_cast<int>(threadIdx.x) < pad) reinterpret_cast<uint8_t*>(dst_scale)[4 * B + threadIdx.x] = 0;
   }
 }
 

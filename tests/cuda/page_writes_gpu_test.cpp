@@ -167,10 +167,10 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
   }
 }
 
-// The fused FP8 -> TQ3 kernel against the former per-vector kernel on many large pages written on the
-// device (more vectors than the CPU codec checks quickly): every byte of the TQ3 pool equal, for every
+// The fused conversion kernels (FP8 -> TQ3, then the promotion back) against the former per-vector
+// kernels on many large pages written on the device (more vectors than the CPU codec checks quickly): every byte of the TQ3 pool equal, for every
 // head_dim, full and partial pages, several layers, and destinations poisoned differently before each.
-TEST(GpuPageWrites, FusedConversionEqualsPerVectorKernelOnLargePages) {
+TEST(GpuPageWrites, FusedConversionsEqualPerVectorKernelsOnLargePages) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   for (int d : {64, 128, 256}) {
@@ -216,7 +216,30 @@ TEST(GpuPageWrites, FusedConversionEqualsPerVectorKernelOnLargePages) {
         ++differ;
         first = std::min(first, i);
       }
-    EXPECT_EQ(differ, 0u) << "d=" << d << ": " << differ << " bytes differ, the first at " << first;
+    EXPECT_EQ(differ, 0u) << "fp8->tq3 d=" << d << ": " << differ << " bytes differ, the first at " << first;
+
+    // Promotion of those TQ3 pages back into the FP8 pool, by both kernels.
+    std::vector<cuda::ConvertJob> back;
+    for (const auto& j : jobs) back.push_back({j.dst_page, j.src_page, j.tokens, j.layer});
+    cuda::check(cudaMemcpy(dj.get(), back.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
+    const size_t fp8_bytes = (jobs_n + 1) * pool.layout(PageFormat::kFp8).bytes();
+    std::vector<uint8_t> want8(fp8_bytes), got8(fp8_bytes);
+    cuda::check(cudaMemset(views.base[1], 0x5a, fp8_bytes), "poison");
+    cuda::convert_tq3_to_fp8_per_vector(views, g, signs.get(), dj.get(), jobs_n, nullptr);
+    cuda::check(cudaMemcpy(want8.data(), views.base[1], fp8_bytes, cudaMemcpyDeviceToHost), "want");
+    cuda::check(cudaMemset(views.base[1], 0xa5, fp8_bytes), "poison");
+    cuda::check(cudaMemcpy(views.base[1], want8.data(), pool.layout(PageFormat::kFp8).bytes(), cudaMemcpyHostToDevice),
+                "null page");
+    cuda::convert_tq3_to_fp8(views, g, signs.get(), dj.get(), jobs_n, nullptr);
+    cuda::check(cudaMemcpy(got8.data(), views.base[1], fp8_bytes, cudaMemcpyDeviceToHost), "got");
+    differ = 0;
+    first = fp8_bytes;
+    for (size_t i = 0; i < fp8_bytes; ++i)
+      if (got8[i] != want8[i]) {
+        ++differ;
+        first = std::min(first, i);
+      }
+    EXPECT_EQ(differ, 0u) << "tq3->fp8 d=" << d << ": " << differ << " bytes differ, the first at " << first;
   }
 }
 

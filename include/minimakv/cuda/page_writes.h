@@ -3,8 +3,8 @@
 // Owns: the device side of every byte that enters a page. Each kernel reproduces the CPU codec
 // (codec/page_codec.h) bit for bit: reductions in the canonical order of codec::canonical_sum, the
 // FWHT in canonical stage order, fp32 round-to-nearest everywhere (the library is compiled with
-// -fmad=false). FP8 -> TQ3 runs as one fused pass per vector group (src/cuda/tq3_convert.cuh); append
-// and promotion use one warp per (token, head, K|V) vector. A converted page equals the CPU conversion byte for byte,
+// -fmad=false). The conversions run as one fused pass per group of lanes (src/cuda/tq3_convert.cuh);
+// append uses one warp per (token, head, K|V) vector. A converted page equals the CPU conversion byte for byte,
 // including the zeroed tokens past `tokens` and the alignment padding.
 // All launches are asynchronous on the given stream and allocate nothing; job arrays live on the device.
 #pragma once
@@ -40,10 +40,12 @@ void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, 
 void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                         const ConvertJob* jobs, int n_jobs, cudaStream_t stream);
 
-// The same FP8 -> TQ3 bytes by the former kernel (one warp per vector through shared memory, after a
-// zeroing pass): the baseline the benchmark times the fused kernel against, and a second GPU
-// implementation the tests compare with on pages too large for the CPU codec to check quickly.
+// The same bytes by the former kernels (one warp per vector through shared memory, after a zeroing
+// pass): the baselines the benchmark times the fused kernels against, and second GPU implementations
+// the tests compare with on pages too large for the CPU codec to check quickly.
 void convert_fp8_to_tq3_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                                    const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream);
+void convert_tq3_to_fp8_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                                   const ConvertJob* jobs, int n_jobs, cudaStream_t stream);
 
 }  // namespace minimakv::cuda
