@@ -17,22 +17,5 @@ for f in 0 1 2; do
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
     --section LaunchStats --csv --page details --log-file "$OUT/format$f.csv" "$BIN" --quick --reps 20 >/dev/null 2>"$OUT/format$f.err" || true
   echo "== split kernel, page format $f (0 BF16, 1 FP8, 2 TQ3)"
-  python3 - "$OUT/format$f.csv" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-try:
-    start = next(i for i, r in enumerate(rows) if "Metric Name" in r)
-except StopIteration:
-    print("  no kernel profiled (see the .err file)")
-    sys.exit(0)
-head = rows[start]
-sec, name, unit, val = (head.index(k) for k in ("Section Name", "Metric Name", "Metric Unit", "Metric Value"))
-keep = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput", "Registers Per Thread",
-        "Achieved Occupancy", "Theoretical Occupancy", "Warp Cycles Per Issued Instruction", "Block Limit",
-        "L1/TEX Hit Rate", "Mem Busy", "Max Bandwidth", "Grid Size", "Dynamic Shared Memory Per Block")
-for r in rows[start + 1:]:
-    if len(r) == len(head) and r[name].startswith(keep):
-        print(f"  {r[sec][:22]:22} {r[name][:44]:44} {r[val]:>12} {r[unit]}")
-PY
-  grep -h -iE "stall|bottleneck" "$OUT/format$f.csv" | head -n 4 | cut -c1-400 || true
+  python3 scripts/bench/ncu_details.py "$OUT/format$f.csv"
 done
