@@ -94,14 +94,16 @@ __device__ inline void group_fwht(float (&x)[G][JL], int t) {
           }
     } else if (h < 32) {
       // The lane holding j adds its partner's x[j + h]; the lane holding j + h computes x[j] + (-x[j + h]).
+      // As one fma with the sign +-1: the product is exact, so the single rounding is add_rn's, and the
+      // select stays off the ALU pipe (the kernel's busiest).
       const int m = h / JL;
-      const bool upper = (t & m) != 0;
+      const float sign = (t & m) ? -1.0f : 1.0f;
 #pragma unroll
       for (int hi = 0; hi < G; ++hi)
 #pragma unroll
         for (int jl = 0; jl < JL; ++jl) {
           const float partner = __shfl_xor_sync(kAllLanes, x[hi][jl], m);
-          x[hi][jl] = codec::detail::add_rn(partner, upper ? -x[hi][jl] : x[hi][jl]);
+          x[hi][jl] = __fmaf_rn(x[hi][jl], sign, partner);
         }
     } else {
       const int k = h / 32;
