@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/page_writes.h"
 #include "minimakv/cuda/paged_decode.h"
-#include "bench_util.cuh"
 
 using namespace minimakv;
 using bench::comma_list;
@@ -160,26 +160,33 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
                     n / 1e6});
   }
   const double copy_gbps = rows.back().gbps;
-  rows.push_back({c.name, "convert", conv_mismatches ? "MISMATCH" : "fused",
-                  {conv.median * 1e3, conv.lo * 1e3, conv.hi * 1e3}, conv_bytes / (conv.median * 1e-3) / 1e9,
+  rows.push_back({c.name,
+                  "convert",
+                  conv_mismatches ? "MISMATCH" : "fused",
+                  {conv.median * 1e3, conv.lo * 1e3, conv.hi * 1e3},
+                  conv_bytes / (conv.median * 1e-3) / 1e9,
                   conv_bytes / 1e6});
-  rows.push_back({c.name, "convert", "per-vector",
+  rows.push_back({c.name,
+                  "convert",
+                  "per-vector",
                   {conv_old.median * 1e3, conv_old.lo * 1e3, conv_old.hi * 1e3},
-                  conv_bytes / (conv_old.median * 1e-3) / 1e9, conv_bytes / 1e6});
+                  conv_bytes / (conv_old.median * 1e-3) / 1e9,
+                  conv_bytes / 1e6});
   if (log)
-    std::fprintf(log,
-                 "%s: converted %zu FP8 pages to TQ3: fused %.3f ms (%.1f pages/ms, %.0f GB/s read + written, %.0f%% of "
-                 "copy), per-vector %.3f ms (%.2fx the fused time); fused bytes %s the per-vector kernel's%s\n",
-                 c.name.c_str(), jobs.size(), conv.median, jobs.size() / conv.median,
-                 conv_bytes / (conv.median * 1e-3) / 1e9, 100.0 * conv_bytes / (conv.median * 1e-3) / 1e9 / copy_gbps,
-                 conv_old.median, conv_old.median / conv.median, conv_mismatches ? "DIFFER FROM" : "equal",
-                 conv_mismatches ? (" (" + std::to_string(conv_mismatches) + " bytes)").c_str() : "");
+    std::fprintf(
+        log,
+        "%s: converted %zu FP8 pages to TQ3: fused %.3f ms (%.1f pages/ms, %.0f GB/s read + written, %.0f%% of "
+        "copy), per-vector %.3f ms (%.2fx the fused time); fused bytes %s the per-vector kernel's%s\n",
+        c.name.c_str(), jobs.size(), conv.median, jobs.size() / conv.median, conv_bytes / (conv.median * 1e-3) / 1e9,
+        100.0 * conv_bytes / (conv.median * 1e-3) / 1e9 / copy_gbps, conv_old.median, conv_old.median / conv.median,
+        conv_mismatches ? "DIFFER FROM" : "equal",
+        conv_mismatches ? (" (" + std::to_string(conv_mismatches) + " bytes)").c_str() : "");
   // Promotion (TQ3 -> FP8) of the same pages into their FP8 slots, by both kernels (the decode arms are
   // done with those pages), checked equal on the device before timing.
   // Each job's source and destination ids are equal, so the same job array serves both directions.
   const auto promote = [&](bool fused) {
-    (fused ? cuda::convert_tq3_to_fp8 : cuda::convert_tq3_to_fp8_per_vector)(
-        views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), nullptr);
+    (fused ? cuda::convert_tq3_to_fp8 : cuda::convert_tq3_to_fp8_per_vector)(views, geo, signs.get(), djobs.get(),
+                                                                             static_cast<int>(jobs.size()), nullptr);
   };
   unsigned long long prom_mismatches = 0;
   {
@@ -202,11 +209,18 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
   double prom_bytes = 0;  // TQ3 codes and alphas read, whole FP8 pages written
   for (const auto& j : jobs)
     prom_bytes += static_cast<double>(j.tokens) * c.kv_heads * 2 * (3.0 * c.d / 8 + 2) + views.layout[1].page_bytes;
-  rows.push_back({c.name, "promote", prom_mismatches ? "MISMATCH" : "fused",
-                  {prom.median * 1e3, prom.lo * 1e3, prom.hi * 1e3}, prom_bytes / (prom.median * 1e-3) / 1e9,
+  rows.push_back({c.name,
+                  "promote",
+                  prom_mismatches ? "MISMATCH" : "fused",
+                  {prom.median * 1e3, prom.lo * 1e3, prom.hi * 1e3},
+                  prom_bytes / (prom.median * 1e-3) / 1e9,
                   prom_bytes / 1e6});
-  rows.push_back({c.name, "promote", "per-vector", {prom_old.median * 1e3, prom_old.lo * 1e3, prom_old.hi * 1e3},
-                  prom_bytes / (prom_old.median * 1e-3) / 1e9, prom_bytes / 1e6});
+  rows.push_back({c.name,
+                  "promote",
+                  "per-vector",
+                  {prom_old.median * 1e3, prom_old.lo * 1e3, prom_old.hi * 1e3},
+                  prom_bytes / (prom_old.median * 1e-3) / 1e9,
+                  prom_bytes / 1e6});
   if (log)
     std::fprintf(log,
                  "%s: promoted %zu TQ3 pages to FP8: fused %.3f ms (%.0f GB/s, %.0f%% of copy), per-vector %.3f ms "
@@ -245,7 +259,9 @@ int main(int argc, char** argv) {
         split_sizes.push_back(static_cast<int>(v));
       }
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench [--reps N>=20] [--quick] [--split-tokens LIST] [--configs LIST] [--json FILE]\n");
+      std::fprintf(
+          stderr,
+          "usage: cuda_decode_bench [--reps N>=20] [--quick] [--split-tokens LIST] [--configs LIST] [--json FILE]\n");
       return 2;
     }
   }
@@ -284,7 +300,9 @@ int main(int argc, char** argv) {
     if (r.arm == "bf16") bf16_us = r.us.median;
     std::printf("| %s | %s | %s | %.1f | %.1f | %.1f-%.1f | %.0f | %s |\n", r.config.c_str(), r.arm.c_str(),
                 r.route.c_str(), r.bytes_mb, r.us.median, r.us.lo, r.us.hi, r.gbps,
-                (r.arm == "d2d-copy" || r.arm == "convert" || r.arm == "promote") ? "-" : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
+                (r.arm == "d2d-copy" || r.arm == "convert" || r.arm == "promote")
+                    ? "-"
+                    : (std::to_string(r.us.median / bf16_us).substr(0, 4) + "x").c_str());
     if (jf)
       std::fprintf(jf,
                    "  {\"config\": \"%s\", \"arm\": \"%s\", \"route\": \"%s\", \"mb\": %.3f, \"us_median\": %.3f, "

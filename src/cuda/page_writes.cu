@@ -255,20 +255,32 @@ void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, 
   };
   const auto by_corr = [&]<int D>(int kv, codec::NormCorrection c) {
     switch (c) {
-      case codec::NormCorrection::kUnbiased: launch.template operator()<D, codec::NormCorrection::kUnbiased>(kv); break;
-      case codec::NormCorrection::kMinMse: launch.template operator()<D, codec::NormCorrection::kMinMse>(kv); break;
+      case codec::NormCorrection::kUnbiased:
+        launch.template operator()<D, codec::NormCorrection::kUnbiased>(kv);
+        break;
+      case codec::NormCorrection::kMinMse:
+        launch.template operator()<D, codec::NormCorrection::kMinMse>(kv);
+        break;
       case codec::NormCorrection::kPreserveNorm:
         launch.template operator()<D, codec::NormCorrection::kPreserveNorm>(kv);
         break;
-      default: launch.template operator()<D, codec::NormCorrection::kNone>(kv); break;
+      default:
+        launch.template operator()<D, codec::NormCorrection::kNone>(kv);
+        break;
     }
   };
   for (int kv = 0; kv < 2; ++kv) {
     const codec::NormCorrection c = kv ? policy.values : policy.keys;
     switch (geo.head_dim) {
-      case 64: by_corr.template operator()<64>(kv, c); break;
-      case 128: by_corr.template operator()<128>(kv, c); break;
-      default: by_corr.template operator()<256>(kv, c); break;
+      case 64:
+        by_corr.template operator()<64>(kv, c);
+        break;
+      case 128:
+        by_corr.template operator()<128>(kv, c);
+        break;
+      default:
+        by_corr.template operator()<256>(kv, c);
+        break;
     }
   }
   check(cudaGetLastError(), "convert_fp8_to_tq3");
@@ -298,9 +310,15 @@ void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, 
         pools, geo.kv_heads, geo.tokens_per_page, chunks, signs, jobs);
   };
   switch (geo.head_dim) {
-    case 64: launch.template operator()<64>(); break;
-    case 128: launch.template operator()<128>(); break;
-    default: launch.template operator()<256>(); break;
+    case 64:
+      launch.template operator()<64>();
+      break;
+    case 128:
+      launch.template operator()<128>();
+      break;
+    default:
+      launch.template operator()<256>();
+      break;
   }
   check(cudaGetLastError(), "convert_tq3_to_fp8");
 }

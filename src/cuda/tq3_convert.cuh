@@ -1,17 +1,19 @@
 // The TQ3 page conversions as fused passes: FP8 -> TQ3 (load, un-scale, rotate, quantize, pack, store)
 // and its inverse, the promotion TQ3 -> FP8 (unpack, scale, rotate back, quantize to E4M3, store).
 //
-// Owns: fp8_to_tq3_kernel<D, Corr> and tq3_to_fp8_kernel<D>. A group of G = D / 32 consecutive lanes encodes one (token, head, K|V)
-// vector, each lane holding 32 of its elements in registers, so the rotation and every reduction run on
-// registers and shuffles with no shared-memory round trip per stage. Lane t of a group owns the elements
+// Owns: fp8_to_tq3_kernel<D, Corr> and tq3_to_fp8_kernel<D>. A group of G = D / 32 consecutive lanes
+// encodes one (token, head, K|V) vector, each lane holding 32 of its elements in registers, so the
+// rotation and every reduction run on registers and shuffles with no shared-memory round trip per
+// stage. Lane t of a group owns the elements
 //     i = jl + JL * t + 32 * hi,   jl in [0, JL), hi in [0, G), JL = 32 / G,
 // which makes each lane own whole partials of codec::canonical_sum (partial j = i mod 32 is jl + JL t)
 // and makes its loads runs of JL contiguous bytes.
-// Invariant: the bytes equal codec::convert_fp8_to_tq3's. Every FWHT stage runs in the canonical order
-// (h = 1, 2, 4, ...; stages on bits of jl and hi inside a lane, on bits of t across lanes with the same
-// add_rn operands), each canonical sum adds its 32 partials in ascending i and then in the same tree, and
-// each decision uses the rounding helpers of portable.h. Rows in [tokens, B) and the alignment padding
-// are written as zeros, so no separate zeroing pass is needed. Branches that shuffle are warp-uniform.
+// Invariant: the bytes equal codec::convert_fp8_to_tq3's (and codec::convert_tq3_to_fp8's). Every FWHT
+// stage runs in the canonical order (h = 1, 2, 4, ...; stages on bits of jl and hi inside a lane, on bits
+// of t across lanes, with the same operands and one rounding), each canonical sum adds its 32 partials
+// in ascending i and then in the same tree, and each decision uses the rounding helpers of portable.h.
+// Rows in [tokens, B) and the alignment padding are written as zeros, so no separate zeroing pass is
+// needed. Branches that shuffle are warp-uniform.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -28,13 +30,13 @@ namespace minimakv::cuda::detail {
 
 template <int D>
 struct Tq3ConvertShape {
-  static constexpr int kGroup = D / 32;            // lanes per vector
-  static constexpr int kRun = 32 / kGroup;         // contiguous elements (bytes) per lane and hi
-  static constexpr int kWords = kRun / 4;          // 32-bit words per run
+  static constexpr int kGroup = D / 32;             // lanes per vector
+  static constexpr int kRun = 32 / kGroup;          // contiguous elements (bytes) per lane and hi
+  static constexpr int kWords = kRun / 4;           // 32-bit words per run
   static constexpr int kRowsPerWarp = 32 / kGroup;  // vectors a warp encodes at once
   static constexpr int kRowBytes = 3 * D / 8;       // packed TQ3 codes of one vector
   static constexpr int kWarps = 4;
-  static constexpr int kPasses = kGroup;                               // passes per warp
+  static constexpr int kPasses = kGroup;                                 // passes per warp
   static constexpr int kRowsPerBlock = kWarps * kRowsPerWarp * kPasses;  // 128 for every D
   static_assert(kRowsPerWarp * kRowBytes == 384, "a warp's packed rows are 24 16-byte chunks");
 };
@@ -57,8 +59,7 @@ __device__ inline float group_canonical_sum(Term term, int lane) {
 #pragma unroll
   for (int off = 16; off >= JL; off >>= 1) {
 #pragma unroll
-    for (int jl = 0; jl < JL; ++jl)
-      p[jl] = codec::detail::add_rn(p[jl], __shfl_xor_sync(kAllLanes, p[jl], off / JL));
+    for (int jl = 0; jl < JL; ++jl) p[jl] = codec::detail::add_rn(p[jl], __shfl_xor_sync(kAllLanes, p[jl], off / JL));
   }
 #pragma unroll
   for (int off = JL / 2; off >= 1; off >>= 1) {
@@ -187,8 +188,8 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
 
   const DeviceLayout SL = pools.layout[static_cast<int>(codec::PageFormat::kFp8)];
   const DeviceLayout DL = pools.layout[static_cast<int>(codec::PageFormat::kTq3)];
-  const uint8_t* src = pools.base[static_cast<int>(codec::PageFormat::kFp8)] +
-                       static_cast<size_t>(job.src_page) * SL.page_bytes;
+  const uint8_t* src =
+      pools.base[static_cast<int>(codec::PageFormat::kFp8)] + static_cast<size_t>(job.src_page) * SL.page_bytes;
   uint8_t* dst =
       pools.base[static_cast<int>(codec::PageFormat::kTq3)] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
   const uint8_t* src_codes = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride;
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
   const float c = codec::inv_sqrt_dim(D);
   const float sqrt_d = D == 64 ? 8.0f : (D == 128 ? 11.3137084989847604f : 16.0f);
 
-  const auto load = [&](int row, uint32_t (&raw)[G * W], float& scale) {
+  const auto load = [&](int row, uint32_t(&raw)[G * W], float& scale) {
     if (row < tokens) {
       const uint8_t* p = src_codes + static_cast<size_t>(row) * D + JL * t;
 #pragma unroll
@@ -354,8 +355,7 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
     for (int hi = 0; hi < G; ++hi) {
       uint64_t bits = 0;
 #pragma unroll
-      for (int jl = 0; jl < JL; ++jl)
-        bits |= static_cast<uint64_t>(fill < 0 ? code[hi][jl] : fill) << (3 * jl);
+      for (int jl = 0; jl < JL; ++jl) bits |= static_cast<uint64_t>(fill < 0 ? code[hi][jl] : fill) << (3 * jl);
       const int byte0 = 3 * (32 * hi + JL * t) / 8;
       if constexpr (JL == 4) {
         // Half an 8-code group per lane: the even lane joins its neighbour's 12 bits.
@@ -424,8 +424,8 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
 
   const DeviceLayout SL = pools.layout[static_cast<int>(codec::PageFormat::kTq3)];
   const DeviceLayout DL = pools.layout[static_cast<int>(codec::PageFormat::kFp8)];
-  const uint8_t* src = pools.base[static_cast<int>(codec::PageFormat::kTq3)] +
-                       static_cast<size_t>(job.src_page) * SL.page_bytes;
+  const uint8_t* src =
+      pools.base[static_cast<int>(codec::PageFormat::kTq3)] + static_cast<size_t>(job.src_page) * SL.page_bytes;
   uint8_t* dst =
       pools.base[static_cast<int>(codec::PageFormat::kFp8)] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
   const uint8_t* src_codes = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride;
@@ -497,7 +497,8 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
             const float v = x[hi][4 * w + b];
             uint8_t code;
             if (!codec::detail::is_finite_bits(v))
-              code = scale > 0.0f ? codec::fp8_e4m3_from_float(v) : (codec::detail::is_nan_bits(v) ? codec::kFp8NaN : 0);
+              code =
+                  scale > 0.0f ? codec::fp8_e4m3_from_float(v) : (codec::detail::is_nan_bits(v) ? codec::kFp8NaN : 0);
             else
               code = scale > 0.0f ? codec::fp8_e4m3_from_float(codec::detail::div_rn(v, scale)) : 0;
             word |= static_cast<uint32_t>(code) << (8 * b);

@@ -168,8 +168,9 @@ TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
 }
 
 // The fused conversion kernels (FP8 -> TQ3, then the promotion back) against the former per-vector
-// kernels on many large pages written on the device (more vectors than the CPU codec checks quickly): every byte of the TQ3 pool equal, for every
-// head_dim, full and partial pages, several layers, and destinations poisoned differently before each.
+// kernels on many large pages written on the device (more vectors than the CPU codec checks quickly): every byte of the
+// TQ3 pool equal, for every head_dim, full and partial pages, several layers, and destinations poisoned differently
+// before each.
 TEST(GpuPageWrites, FusedConversionsEqualPerVectorKernelsOnLargePages) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
@@ -184,7 +185,8 @@ TEST(GpuPageWrites, FusedConversionsEqualPerVectorKernelsOnLargePages) {
     for (size_t t = 0; t < n_tok; t += 97) k[t * vec + rng() % vec] *= 1e4f;  // outliers
     std::vector<cuda::AppendSlot> slots;
     for (int j = 0; j < jobs_n; ++j)
-      for (int t = 0; t < g.tokens_per_page; ++t) slots.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(t)});
+      for (int t = 0; t < g.tokens_per_page; ++t)
+        slots.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(t)});
     cuda::DeviceArray<float> dk(k.size()), dv(v.size());
     cuda::DeviceArray<cuda::AppendSlot> ds(slots.size());
     cuda::check(cudaMemcpy(dk.get(), k.data(), dk.bytes(), cudaMemcpyHostToDevice), "k");

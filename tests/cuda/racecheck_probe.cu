@@ -15,8 +15,12 @@ namespace {
 
 constexpr int kThreads = 256, kSide = 128;
 
-__device__ void bar_sync(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(kThreads) : "memory"); }
-__device__ void bar_arrive(int id) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(kThreads) : "memory"); }
+__device__ void bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(kThreads) : "memory");
+}
+__device__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(kThreads) : "memory");
+}
 
 // The tile count is a kernel argument, as in the prefill kernel, so the loops stay loops and the barrier
 // ids live in registers: with a compile-time count the compiler unrolls them into constant-id barriers,
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
     for (int t = 0; t < tiles; ++t) want += t * 1000.0 + (i + 7) % kSide;
     wrong += h[i] != static_cast<float>(want);
   }
-  std::printf("racecheck_probe: %s\n", wrong ? "consumers read wrong values" : "consumers read what the protocol promises");
+  std::printf("racecheck_probe: %s\n",
+              wrong ? "consumers read wrong values" : "consumers read what the protocol promises");
   return wrong ? 1 : 0;
 }

@@ -4,8 +4,8 @@
 // (codec/page_codec.h) bit for bit: reductions in the canonical order of codec::canonical_sum, the
 // FWHT in canonical stage order, fp32 round-to-nearest everywhere (the library is compiled with
 // -fmad=false). The conversions run as one fused pass per group of lanes (src/cuda/tq3_convert.cuh);
-// append uses one warp per (token, head, K|V) vector. A converted page equals the CPU conversion byte for byte,
-// including the zeroed tokens past `tokens` and the alignment padding.
+// append uses one warp per (token, head, K|V) vector. A converted page equals the CPU conversion byte
+// for byte, including the zeroed tokens past `tokens` and the alignment padding.
 // All launches are asynchronous on the given stream and allocate nothing; job arrays live on the device.
 #pragma once
 
