@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute details of the page conversion kernels (FP8 -> TQ3 and the promotion TQ3 -> FP8) on the
 # "b8 32K" configuration of cuda_decode_bench (head_dim 128, 744 pages a launch): one launch of each
-# kernel, the third of its kind (the first runs before the per-vector kernel's snapshot), with the
+# kernel, the third of its kind (the bench's device check launches it first; FP8 -> TQ3 launches once
+# for K and once for V, so its third launch is the K half of the first timed warm-up), with the
 # throughput, issue, occupancy and warp-stall sections, printed as "section / metric / value" lines.
 #   BIN=build/release/bench/cuda_decode_bench OUT=dir bash scripts/bench/convert-kernel-profile.sh
 set -euo pipefail
