@@ -50,9 +50,15 @@ if part sanitizer && command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-
     fi
   done
   if [[ -x "$BUILD/tests/racecheck_probe" ]]; then
-    compute-sanitizer --tool racecheck "$BUILD/tests/racecheck_probe" >"$OUT/racecheck-probe.log" 2>&1 || true
-    echo "racecheck on a correct bar.arrive/bar.sync ring: $(grep -E 'RACECHECK SUMMARY' "$OUT/racecheck-probe.log" |
-      sed 's/=* *//') ($(grep -o 'consumers read .*' "$OUT/racecheck-probe.log"))"
+    # racecheck reports the probe's hazard in some runs and not in others (it depends on the interleaving
+    # it observes), so the probe runs five times.
+    flagged=0
+    for i in 1 2 3 4 5; do
+      compute-sanitizer --tool racecheck "$BUILD/tests/racecheck_probe" >"$OUT/racecheck-probe-$i.log" 2>&1 || true
+      grep -qE 'RACECHECK SUMMARY: [1-9]' "$OUT/racecheck-probe-$i.log" && flagged=$((flagged + 1))
+    done
+    echo "racecheck on a correct bar.arrive/bar.sync ring: hazards reported in $flagged of 5 runs" \
+      "($(grep -o 'consumers read .*' "$OUT/racecheck-probe-1.log"))"
   fi
 fi
 

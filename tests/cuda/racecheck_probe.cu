@@ -3,7 +3,8 @@
 // barriers, bar.arrive on one side and bar.sync on the other). Producer warps fill a two-slot ring in
 // shared memory and arrive on FULL[slot]; consumer warps sync on FULL[slot], read values other threads
 // wrote, and arrive on EMPTY[slot]; producers sync on EMPTY[slot] before refilling it.
-// scripts/gpu-check.sh runs racecheck on it: hazards reported here mean the tool does not model
+// scripts/gpu-check.sh runs racecheck on it five times: a hazard reported in any run (racecheck flags
+// it in some runs, depending on the interleaving it observes) means the tool does not reliably model
 // bar.arrive as a release, so the same reports on the prefill kernel say nothing about its protocol.
 // Exits 0 when the consumers read exactly what the protocol promises, 1 otherwise, 77 without a GPU.
 #include <cuda_runtime.h>
