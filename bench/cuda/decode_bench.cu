@@ -135,7 +135,7 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
       cuda::DecodeWorkspace ws(shape, c.batch, static_cast<int>(plan.splits.size()),
                                static_cast<int>(plan.entries.size()));
       ws.stage(plan, views);
-      const cuda::DecodeBuffers io{q.get(), signs.get(), out.get()};
+      const cuda::AttentionBuffers io{q.get(), signs.get(), out.get()};
       const Stat t = time_events(3, reps, [&] { ws.launch(views, io, nullptr); });
       const double bytes = static_cast<double>(ws.stats().total_bytes());
       rows.push_back({c.name,

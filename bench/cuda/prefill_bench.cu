@@ -147,7 +147,7 @@ struct Problem {
 
   void run(const cuda::PoolViews& views, const float* signs) {
     for (auto& r : chunks) {
-      cuda::PrefillBuffers io{q.get(),        signs,          out.get(),         m.get(), l.get(),
+      cuda::AttentionBuffers io{q.get(),        signs,          out.get(),         m.get(), l.get(),
                               r.page_m.get(), r.page_l.get(), r.score_acc.get(), 1.0f};
       r.ws->run(r.plan, views, io, nullptr);
     }

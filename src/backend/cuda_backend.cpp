@@ -70,10 +70,9 @@ bool holds(const std::unique_ptr<cuda::DecodeWorkspace>& ws, const cuda::DecodeS
          entries <= ws->max_entries();
 }
 
-// The query, rotation signs and output of one layer's attention, for either kernel family's buffers.
-template <class Io>
-Io attend_buffers(const Tensor& q, const DevicePageStorage& dev, int layer, Tensor& out) {
-  Io io;
+// The query, rotation signs and output of one layer's attention (decode or prefill).
+cuda::AttentionBuffers attend_buffers(const Tensor& q, const DevicePageStorage& dev, int layer, Tensor& out) {
+  cuda::AttentionBuffers io;
   io.q = q.data();
   io.signs = dev.signs(layer);
   io.out = out.data();
@@ -394,9 +393,8 @@ class CudaBackend final : public Backend {
   // Points io's merged (m, l), per-page partials and page-score sum at device buffers: merged_rows
   // query rows, `partials` (m_p, l_p) floats, the pages of each sequence. Layer 0 starts a forward
   // pass's sums at zero; later layers must cover the same pages.
-  template <class Io>
-  void request_page_scores(Io& io, size_t merged_rows, size_t partials, int layer, const std::vector<size_t>& pages,
-                           float weight);
+  void request_page_scores(cuda::AttentionBuffers& io, size_t merged_rows, size_t partials, int layer,
+                           const std::vector<size_t>& pages, float weight);
   void collect_page_scores(std::vector<std::vector<float>>& page_scores) override;
 
   const void* bf16_src_ = nullptr;  // the fp32 tensor bf16_x_ holds a BF16 copy of, if any
@@ -461,8 +459,7 @@ class CudaBackend final : public Backend {
   std::vector<size_t> score_pages_;
 };
 
-template <class Io>
-void CudaBackend::request_page_scores(Io& io, size_t merged_rows, size_t partials, int layer,
+void CudaBackend::request_page_scores(cuda::AttentionBuffers& io, size_t merged_rows, size_t partials, int layer,
                                       const std::vector<size_t>& pages, float weight) {
   io.m = merged_m_.reserve(merged_rows);
   io.l = merged_l_.reserve(merged_rows);
@@ -535,7 +532,7 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
   }
   phase.reset();
   phase.emplace(profile_, "att prefill launch");
-  auto io = attend_buffers<cuda::PrefillBuffers>(q, *dev, layer, out);
+  auto io = attend_buffers(q, *dev, layer, out);
   const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
   if (page_scores) {
     std::vector<size_t> pages;
@@ -646,7 +643,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     ws.stage(plan, views);
     phase.reset();  // the segment's graph launch below is timed as its own phase
     if (mode_ == Mode::kCapture)
-      ws.launch(views, attend_buffers<cuda::DecodeBuffers>(q, *dev, layer, out), stream_->s,
+      ws.launch(views, attend_buffers(q, *dev, layer, out), stream_->s,
                 cuda::DecodeWorkspace::LaunchSize::kCapacity);
     record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
@@ -663,7 +660,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   ws.stage(plan, views);
   phase.reset();
   phase.emplace(profile_, "att launch");
-  auto io = attend_buffers<cuda::DecodeBuffers>(q, *dev, layer, out);
+  auto io = attend_buffers(q, *dev, layer, out);
   const size_t qh = static_cast<size_t>(q_heads);
   if (page_scores) request_page_scores(io, plan.batch * qh, plan.entries.size() * qh, layer, pages_seen, score_weight);
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);

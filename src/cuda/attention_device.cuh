@@ -43,10 +43,9 @@ struct AttendParams {
   float scale;
 };
 
-// Fills the shared part from a launch's buffers (DecodeBuffers or PrefillBuffers, which name the same
-// fields) and the workspace's own arrays.
-template <class Io>
-void set_attend_params(AttendParams& p, const PoolViews& pools, const DecodeShape& shape, const Io& io, float* q_rot,
+// Fills the shared part from a launch's buffers and the workspace's own arrays.
+inline void set_attend_params(AttendParams& p, const PoolViews& pools, const DecodeShape& shape,
+                              const AttentionBuffers& io, float* q_rot,
                        float* part_o, float* part_m, float* part_l) {
   p.pools = pools;
   p.q = io.q;

@@ -300,7 +300,7 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
         plan.seq_split_begin[f * (plan.batch + 1) + plan.batch] - plan.seq_split_begin[f * (plan.batch + 1)];
 }
 
-void DecodeWorkspace::launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
+void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream,
                              LaunchSize size) const {
   require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");

@@ -242,7 +242,7 @@ PrefillWorkspace::~PrefillWorkspace() {
   if (staged_copied_) cudaEventDestroy(staged_copied_);
 }
 
-DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pools, const PrefillBuffers& io,
+DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pools, const AttentionBuffers& io,
                                   cudaStream_t stream) {
   require(io.q && io.signs && io.out, "PrefillWorkspace::run: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "PrefillWorkspace::run: page_m and page_l go together");

@@ -21,7 +21,7 @@ TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
   const auto signs = cuda::upload_rotation_signs(1, 2, d, codec::kDefaultRotationSeed);
   const size_t per = static_cast<size_t>(q_heads) * d;
   cuda::DeviceArray<float> dq(max_batch * per), dout(max_batch * per);
-  cuda::DecodeBuffers io{dq.get(), signs.get(), dout.get()};
+  cuda::AttentionBuffers io{dq.get(), signs.get(), dout.get()};
   cudaStream_t st;
   cuda::check(cudaStreamCreate(&st), "stream");
   cudaGraphExec_t exec = nullptr;

@@ -44,7 +44,7 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   const std::vector<float> acc0(plan.entries.size(), 0.25f);
   cuda::DeviceArray<float> dacc(acc0.size());
   cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
-  cuda::DecodeBuffers io{dq.get(),
+  cuda::AttentionBuffers io{dq.get(),
                          signs.get(),
                          dout.get(),
                          dm.get(),
@@ -223,7 +223,7 @@ TEST(GpuDecode, BadPlansAndShapesAreRejectedAndKeepThePreviousPlan) {
     bw.stage(cuda::make_decode_plan(wide.seqs, bs, 256, false), wide.pool->views());
     cuda::DeviceArray<float> q(8 * 128), out(8 * 128), pm(64 * 8), pl(64 * 8);
     const auto signs = cuda::upload_rotation_signs(1, 2, 128, codec::kDefaultRotationSeed);
-    const cuda::DecodeBuffers io{q.get(), signs.get(), out.get(), nullptr, nullptr, pm.get(), pl.get()};
+    const cuda::AttentionBuffers io{q.get(), signs.get(), out.get(), nullptr, nullptr, pm.get(), pl.get()};
     EXPECT_THROW(bw.launch(wide.pool->views(), io, nullptr), std::invalid_argument);
   }
   EXPECT_THROW(cuda::DecodeWorkspace({16, 1, 128, 64, 0.0f}, 1, 4, 4), std::invalid_argument);  // GQA 16

@@ -64,7 +64,7 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   const std::vector<float> acc0(static_cast<size_t>(score_pages), 0.25f);
   cuda::DeviceArray<float> dacc(acc0.size());
   cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
-  cuda::PrefillBuffers io{dq.get(),
+  cuda::AttentionBuffers io{dq.get(),
                           signs.get(),
                           dout.get(),
                           dm.get(),

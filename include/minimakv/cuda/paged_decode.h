@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "minimakv/codec/page_layout.h"
+#include "minimakv/cuda/attention_buffers.h"
 #include "minimakv/cuda/decode_plan.h"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/fork_join.h"
@@ -47,21 +48,6 @@ struct DecodeStats {
   uint64_t total_bytes() const { return std::accumulate(bytes_read.begin(), bytes_read.end(), uint64_t{0}); }
 };
 
-struct DecodeBuffers {
-  const float* q = nullptr;      // [batch][q_heads][head_dim]
-  const float* signs = nullptr;  // rotation signs of this layer: [kv_heads][head_dim] (+-1)
-  float* out = nullptr;          // [batch][q_heads][head_dim]
-  float* m = nullptr;            // optional merged max logits [batch][q_heads]
-  float* l = nullptr;            // optional merged sums [batch][q_heads]
-  float* page_m = nullptr;       // optional per-entry [entry][q_heads] (needs a page-granular plan)
-  float* page_l = nullptr;
-  // Optional (needs m, l, page_m, page_l): score_acc[offset_b + logical page] += score_weight * r_p, the
-  // page score of attention::page_scores for each batch item b, where offset_b counts the pages of the
-  // items before b. Computed on the device in a fixed order.
-  float* score_acc = nullptr;
-  float score_weight = 1.0f;
-};
-
 class DecodeWorkspace {
  public:
   DecodeWorkspace(const DecodeShape& shape, int max_batch, int max_splits, int max_entries);
@@ -75,7 +61,7 @@ class DecodeWorkspace {
   // launches only what the staged plan uses (eager launches: a workspace sized for long prefill chunks
   // stays cheap for single-token decode steps).
   enum class LaunchSize { kCapacity, kStaged };
-  void launch(const PoolViews& pools, const DecodeBuffers& io, cudaStream_t stream,
+  void launch(const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream,
               LaunchSize size = LaunchSize::kCapacity) const;
 
   const DecodeStats& stats() const { return stats_; }

@@ -33,23 +33,6 @@
 
 namespace minimakv::cuda {
 
-struct PrefillBuffers {
-  const float* q = nullptr;      // [rows][q_heads][head_dim]
-  const float* signs = nullptr;  // rotation signs of this layer: [kv_heads][head_dim]
-  float* out = nullptr;          // [rows][q_heads][head_dim]
-  float* m = nullptr;            // optional merged max logits [rows][q_heads]
-  float* l = nullptr;            // optional merged sums [rows][q_heads]
-  // Optional per-page partials, [row][page][q_head] per sequence at its stats_offset. Written for every
-  // page a row's position reaches (l = 0 when masked); pages past a row's position are left unwritten.
-  float* page_m = nullptr;
-  float* page_l = nullptr;
-  // Optional (needs the four above): score_acc[score_offset + p] += score_weight * r_p, the page score
-  // of eq. 7-9 as attention::page_scores computes it (renormalised over the pages each row sees,
-  // averaged over query heads and rows), for every sequence; computed on the device in a fixed order.
-  float* score_acc = nullptr;
-  float score_weight = 1.0f;
-};
-
 // The tensor-core instructions the CTA's consumers use: wgmma (Hopper, sm_90a) or mma.sync (any GPU the
 // build targets). kAuto picks wgmma where it is available.
 enum class PrefillKernel { kAuto, kMma, kWgmma };
@@ -70,7 +53,7 @@ class PrefillWorkspace {
   // Queues the rotation, split and merge kernels on `stream` and returns what they read (route, bytes
   // per format). Throws std::invalid_argument when the plan does not fit the shape or reads a format
   // the pools lack (nothing is launched then).
-  DecodeStats run(const PrefillPlan& plan, const PoolViews& pools, const PrefillBuffers& io, cudaStream_t stream);
+  DecodeStats run(const PrefillPlan& plan, const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream);
   PrefillKernel kernel() const { return kernel_; }  // never kAuto
 
  private:

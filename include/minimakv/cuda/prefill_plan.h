@@ -46,7 +46,7 @@ struct PrefillSeq {
 // Device plan records (trivially copyable).
 struct PrefillSeqRec {
   int32_t row_begin, n, first, pages, tile_begin;
-  int32_t score_offset;  // of the sequence's pages in PrefillBuffers::score_acc
+  int32_t score_offset;  // of the sequence's pages in AttentionBuffers::score_acc
   int64_t stats_offset;  // of the sequence's [row][page][q_head] block in page_m / page_l
 };
 struct PrefillWorkRec {
