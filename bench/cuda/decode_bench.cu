@@ -45,6 +45,50 @@ struct Row {
   double gbps, bytes_mb;
 };
 
+// A page conversion's fused kernel against the former per-vector one (run(true) / run(false)), both
+// writing pool `dst`: the former runs first and its pool is kept, the jobs' destination pages are
+// poisoned (the others are no conversion's output), the fused kernel's bytes are counted against the
+// kept ones on the device, and then both are timed.
+struct KernelPair {
+  unsigned long long mismatches = 0;
+  Stat fused, former;
+};
+
+template <typename Run>
+KernelPair compare_and_time(const cuda::PoolViews& views, int dst, size_t pool_pages,
+                            const std::vector<cuda::ConvertJob>& jobs, Run&& run) {
+  KernelPair k;
+  const size_t page_bytes = views.layout[dst].page_bytes, pool_bytes = pool_pages * page_bytes;
+  run(false);
+  cuda::DeviceArray<uint8_t> want(pool_bytes);
+  cuda::check(cudaMemcpy(want.get(), views.base[dst], pool_bytes, cudaMemcpyDeviceToDevice), "snapshot");
+  for (const auto& j : jobs)
+    cuda::check(cudaMemsetAsync(views.base[dst] + static_cast<size_t>(j.dst_page) * page_bytes, 0xa5, page_bytes),
+                "poison");
+  run(true);
+  cuda::DeviceArray<unsigned long long> counter(1);
+  cuda::check(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), "counter");
+  bench::count_mismatches<<<1024, 256>>>(want.get(), views.base[dst], pool_bytes, counter.get());
+  cuda::check(cudaMemcpy(&k.mismatches, counter.get(), sizeof k.mismatches, cudaMemcpyDeviceToHost), "count");
+  k.former = time_events(1, 10, [&] { run(false); });
+  k.fused = time_events(2, 20, [&] { run(true); });
+  return k;
+}
+
+// The two rows of a KernelPair moving `bytes` per call (arm "convert" or "promote").
+void push_pair(std::vector<Row>& rows, const std::string& config, const char* arm, const KernelPair& k,
+               double bytes) {
+  for (const bool fused : {true, false}) {
+    const Stat& t = fused ? k.fused : k.former;
+    rows.push_back({config,
+                    arm,
+                    fused ? (k.mismatches ? "MISMATCH" : "fused") : "per-vector",
+                    {t.median * 1e3, t.lo * 1e3, t.hi * 1e3},
+                    bytes / (t.median * 1e-3) / 1e9,
+                    bytes / 1e6});
+  }
+}
+
 std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& split_sizes, std::FILE* log) {
   const codec::PageGeometry geo{c.B, c.kv_heads, c.d};
   const int pages_per_seq = (c.tokens + c.B - 1) / c.B;
@@ -83,31 +127,11 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
   const auto signs = cuda::upload_rotation_signs(1, c.kv_heads, c.d, codec::kDefaultRotationSeed);
   cuda::DeviceArray<cuda::ConvertJob> djobs(std::max<size_t>(1, jobs.size()));
   cuda::check(cudaMemcpy(djobs.get(), jobs.data(), jobs.size() * sizeof(jobs[0]), cudaMemcpyHostToDevice), "jobs");
-  // Both FP8 -> TQ3 kernels: the per-vector one first, its TQ3 pool kept; the fused one must write the
-  // same bytes (checked on the device) before either is timed.
-  const auto convert = [&](bool fused) {
+  // Both FP8 -> TQ3 kernels, checked equal on the device, then timed.
+  const KernelPair conv = compare_and_time(views, 2, n_pages + 1, jobs, [&](bool fused) {
     (fused ? cuda::convert_fp8_to_tq3 : cuda::convert_fp8_to_tq3_per_vector)(
         views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
-  };
-  const size_t tq3_pool_bytes = (n_pages + 1) * views.layout[2].page_bytes;
-  unsigned long long conv_mismatches = 0;
-  {
-    convert(false);
-    cuda::DeviceArray<uint8_t> want(tq3_pool_bytes);
-    cuda::check(cudaMemcpy(want.get(), views.base[2], tq3_pool_bytes, cudaMemcpyDeviceToDevice), "snapshot");
-    // Poison the jobs' destination pages only (the others are no conversion's output).
-    for (const auto& j : jobs)
-      cuda::check(cudaMemsetAsync(views.base[2] + static_cast<size_t>(j.dst_page) * views.layout[2].page_bytes, 0xa5,
-                                  views.layout[2].page_bytes),
-                  "poison");
-    convert(true);
-    cuda::DeviceArray<unsigned long long> counter(1);
-    cuda::check(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), "counter");
-    bench::count_mismatches<<<1024, 256>>>(want.get(), views.base[2], tq3_pool_bytes, counter.get());
-    cuda::check(cudaMemcpy(&conv_mismatches, counter.get(), sizeof conv_mismatches, cudaMemcpyDeviceToHost), "count");
-  }
-  const Stat conv_old = time_events(1, 10, [&] { convert(false); });
-  const Stat conv = time_events(2, 20, [&] { convert(true); });
+  });
   // Bytes a conversion moves: the FP8 codes and scales it reads, the whole TQ3 pages it writes.
   double conv_bytes = 0;
   for (const auto& j : jobs)
@@ -160,74 +184,35 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
                     n / 1e6});
   }
   const double copy_gbps = rows.back().gbps;
-  rows.push_back({c.name,
-                  "convert",
-                  conv_mismatches ? "MISMATCH" : "fused",
-                  {conv.median * 1e3, conv.lo * 1e3, conv.hi * 1e3},
-                  conv_bytes / (conv.median * 1e-3) / 1e9,
-                  conv_bytes / 1e6});
-  rows.push_back({c.name,
-                  "convert",
-                  "per-vector",
-                  {conv_old.median * 1e3, conv_old.lo * 1e3, conv_old.hi * 1e3},
-                  conv_bytes / (conv_old.median * 1e-3) / 1e9,
-                  conv_bytes / 1e6});
+  push_pair(rows, c.name, "convert", conv, conv_bytes);
   if (log)
     std::fprintf(
         log,
         "%s: converted %zu FP8 pages to TQ3: fused %.3f ms (%.1f pages/ms, %.0f GB/s read + written, %.0f%% of "
         "copy), per-vector %.3f ms (%.2fx the fused time); fused bytes %s the per-vector kernel's%s\n",
-        c.name.c_str(), jobs.size(), conv.median, jobs.size() / conv.median, conv_bytes / (conv.median * 1e-3) / 1e9,
-        100.0 * conv_bytes / (conv.median * 1e-3) / 1e9 / copy_gbps, conv_old.median, conv_old.median / conv.median,
-        conv_mismatches ? "DIFFER FROM" : "equal",
-        conv_mismatches ? (" (" + std::to_string(conv_mismatches) + " bytes)").c_str() : "");
+        c.name.c_str(), jobs.size(), conv.fused.median, jobs.size() / conv.fused.median,
+        conv_bytes / (conv.fused.median * 1e-3) / 1e9,
+        100.0 * conv_bytes / (conv.fused.median * 1e-3) / 1e9 / copy_gbps, conv.former.median,
+        conv.former.median / conv.fused.median, conv.mismatches ? "DIFFER FROM" : "equal",
+        conv.mismatches ? (" (" + std::to_string(conv.mismatches) + " bytes)").c_str() : "");
   // Promotion (TQ3 -> FP8) of the same pages into their FP8 slots, by both kernels (the decode arms are
   // done with those pages), checked equal on the device before timing.
   // Each job's source and destination ids are equal, so the same job array serves both directions.
-  const auto promote = [&](bool fused) {
+  const KernelPair prom = compare_and_time(views, 1, n_pages + 1, jobs, [&](bool fused) {
     (fused ? cuda::convert_tq3_to_fp8 : cuda::convert_tq3_to_fp8_per_vector)(views, geo, signs.get(), djobs.get(),
                                                                              static_cast<int>(jobs.size()), nullptr);
-  };
-  unsigned long long prom_mismatches = 0;
-  {
-    const size_t fp8_pool_bytes = (n_pages + 1) * views.layout[1].page_bytes;
-    promote(false);
-    cuda::DeviceArray<uint8_t> want(fp8_pool_bytes);
-    cuda::check(cudaMemcpy(want.get(), views.base[1], fp8_pool_bytes, cudaMemcpyDeviceToDevice), "snapshot");
-    for (const auto& j : jobs)
-      cuda::check(cudaMemsetAsync(views.base[1] + static_cast<size_t>(j.dst_page) * views.layout[1].page_bytes, 0xa5,
-                                  views.layout[1].page_bytes),
-                  "poison");
-    promote(true);
-    cuda::DeviceArray<unsigned long long> counter(1);
-    cuda::check(cudaMemset(counter.get(), 0, sizeof(unsigned long long)), "counter");
-    bench::count_mismatches<<<1024, 256>>>(want.get(), views.base[1], fp8_pool_bytes, counter.get());
-    cuda::check(cudaMemcpy(&prom_mismatches, counter.get(), sizeof prom_mismatches, cudaMemcpyDeviceToHost), "count");
-  }
-  const Stat prom_old = time_events(1, 10, [&] { promote(false); });
-  const Stat prom = time_events(2, 20, [&] { promote(true); });
+  });
   double prom_bytes = 0;  // TQ3 codes and alphas read, whole FP8 pages written
   for (const auto& j : jobs)
     prom_bytes += static_cast<double>(j.tokens) * c.kv_heads * 2 * (3.0 * c.d / 8 + 2) + views.layout[1].page_bytes;
-  rows.push_back({c.name,
-                  "promote",
-                  prom_mismatches ? "MISMATCH" : "fused",
-                  {prom.median * 1e3, prom.lo * 1e3, prom.hi * 1e3},
-                  prom_bytes / (prom.median * 1e-3) / 1e9,
-                  prom_bytes / 1e6});
-  rows.push_back({c.name,
-                  "promote",
-                  "per-vector",
-                  {prom_old.median * 1e3, prom_old.lo * 1e3, prom_old.hi * 1e3},
-                  prom_bytes / (prom_old.median * 1e-3) / 1e9,
-                  prom_bytes / 1e6});
+  push_pair(rows, c.name, "promote", prom, prom_bytes);
   if (log)
     std::fprintf(log,
                  "%s: promoted %zu TQ3 pages to FP8: fused %.3f ms (%.0f GB/s, %.0f%% of copy), per-vector %.3f ms "
                  "(%.2fx); fused bytes %s the per-vector kernel's\n",
-                 c.name.c_str(), jobs.size(), prom.median, prom_bytes / (prom.median * 1e-3) / 1e9,
-                 100.0 * prom_bytes / (prom.median * 1e-3) / 1e9 / copy_gbps, prom_old.median,
-                 prom_old.median / prom.median, prom_mismatches ? "DIFFER FROM" : "equal");
+                 c.name.c_str(), jobs.size(), prom.fused.median, prom_bytes / (prom.fused.median * 1e-3) / 1e9,
+                 100.0 * prom_bytes / (prom.fused.median * 1e-3) / 1e9 / copy_gbps, prom.former.median,
+                 prom.former.median / prom.fused.median, prom.mismatches ? "DIFFER FROM" : "equal");
   return rows;
 }
 

@@ -43,6 +43,26 @@ struct Tq3ConvertShape {
 
 constexpr unsigned kAllLanes = 0xffffffffu;
 
+// The tail of codec::canonical_sum over a group: lane t holds partials jl + JL t (each already summed over
+// ascending i); adds partial[j + off] into partial[j] for off = 16 .. 1, across lanes while off >= JL
+// (lane t + off / JL holds j + off; the lanes whose result is later read are always those below the
+// partner distance), then inside the lane. Every lane of the group gets the sum.
+template <int G, int JL>
+__device__ inline float group_tree(float (&p)[JL], int lane) {
+#pragma unroll
+  for (int off = 16; off >= JL; off >>= 1) {
+#pragma unroll
+    for (int jl = 0; jl < JL; ++jl)
+      p[jl] = codec::detail::add_rn(p[jl], __shfl_xor_sync(kAllLanes, p[jl], off / JL));
+  }
+#pragma unroll
+  for (int off = JL / 2; off >= 1; off >>= 1) {
+#pragma unroll
+    for (int jl = 0; jl < off; ++jl) p[jl] = codec::detail::add_rn(p[jl], p[jl + off]);
+  }
+  return __shfl_sync(kAllLanes, p[0], lane & ~(G - 1));
+}
+
 // codec::canonical_sum of the vector whose element (hi, jl) of lane t is term(hi, jl), spread over a
 // group as above; every lane of the group gets it. Terms are computed on the fly (no array).
 template <int G, int JL, class Term>
@@ -54,19 +74,7 @@ __device__ inline float group_canonical_sum(Term term, int lane) {
 #pragma unroll
     for (int hi = 0; hi < G; ++hi) p[jl] = codec::detail::add_rn(p[jl], term(hi, jl));
   }
-  // partial[j] += partial[j + off]: across lanes while off >= JL (lane t + off / JL holds j + off; the
-  // lanes whose result is later read are always those below the partner distance), then inside the lane.
-#pragma unroll
-  for (int off = 16; off >= JL; off >>= 1) {
-#pragma unroll
-    for (int jl = 0; jl < JL; ++jl) p[jl] = codec::detail::add_rn(p[jl], __shfl_xor_sync(kAllLanes, p[jl], off / JL));
-  }
-#pragma unroll
-  for (int off = JL / 2; off >= 1; off >>= 1) {
-#pragma unroll
-    for (int jl = 0; jl < off; ++jl) p[jl] = codec::detail::add_rn(p[jl], p[jl + off]);
-  }
-  return __shfl_sync(kAllLanes, p[0], lane & ~(G - 1));
+  return group_tree<G, JL>(p, lane);
 }
 
 // Any-of over the group's lanes.
@@ -130,7 +138,7 @@ __device__ inline int tq3_code_search(float t) {
   return c4 + c2 + (t >= t1 ? 1 : 0);
 }
 
-// Two canonical sums over the same terms' pass (one level lookup for both), as group_canonical_sum.
+// Two canonical sums over the same pass of terms (one level lookup for both), as group_canonical_sum.
 template <int G, int JL, class Term>
 __device__ inline void group_canonical_sum2(Term term, int lane, float& a_out, float& b_out) {
   float a[JL], b[JL];
@@ -146,29 +154,52 @@ __device__ inline void group_canonical_sum2(Term term, int lane, float& a_out, f
       b[jl] = codec::detail::add_rn(b[jl], tb);
     }
   }
-#pragma unroll
-  for (int off = 16; off >= JL; off >>= 1) {
-#pragma unroll
-    for (int jl = 0; jl < JL; ++jl) {
-      a[jl] = codec::detail::add_rn(a[jl], __shfl_xor_sync(kAllLanes, a[jl], off / JL));
-      b[jl] = codec::detail::add_rn(b[jl], __shfl_xor_sync(kAllLanes, b[jl], off / JL));
-    }
-  }
-#pragma unroll
-  for (int off = JL / 2; off >= 1; off >>= 1) {
-#pragma unroll
-    for (int jl = 0; jl < off; ++jl) {
-      a[jl] = codec::detail::add_rn(a[jl], a[jl + off]);
-      b[jl] = codec::detail::add_rn(b[jl], b[jl + off]);
-    }
-  }
-  a_out = __shfl_sync(kAllLanes, a[0], lane & ~(G - 1));
-  b_out = __shfl_sync(kAllLanes, b[0], lane & ~(G - 1));
+  a_out = group_tree<G, JL>(a, lane);
+  b_out = group_tree<G, JL>(b, lane);
 }
 
-// Blocks are (job, head, chunk of kRowsPerBlock tokens), chunk fastest; one launch converts the K
-// vectors (kv = 0) or the V vectors (kv = 1) with the norm correction Corr, a template parameter so that
-// no shuffling sum sits under a branch the compiler cannot prove warp-uniform.
+// Which (job, KV head, K|V, chunk of Tq3ConvertShape::kRowsPerBlock tokens) a block converts. blockIdx.x
+// = ((job * H + head) * kvs + kv) * chunks + chunk, chunk fastest; a launch of one of K or V (kvs = 1)
+// passes that kv.
+struct ConvertBlock {
+  ConvertJob job;
+  int head, kv, chunk;
+};
+__device__ inline ConvertBlock convert_block(const ConvertJob* jobs, int H, int chunks, int kvs, int kv) {
+  int rest = blockIdx.x;
+  ConvertBlock b;
+  b.chunk = rest % chunks;
+  rest /= chunks;
+  b.kv = kvs == 1 ? kv : rest % kvs;
+  rest /= kvs;
+  b.head = rest % H;
+  b.job = jobs[rest / H];
+  return b;
+}
+
+// The head's code and metadata blocks (K or V) of a block's source page in pool `from` and destination
+// page in pool `to`.
+struct HeadBlocks {
+  const uint8_t* src_codes;
+  const uint8_t* src_meta;
+  uint8_t* dst_codes;
+  uint8_t* dst_meta;
+};
+__device__ inline HeadBlocks head_blocks(const PoolViews& pools, codec::PageFormat from, codec::PageFormat to,
+                                         const ConvertBlock& b) {
+  const DeviceLayout SL = pools.layout[static_cast<int>(from)];
+  const DeviceLayout DL = pools.layout[static_cast<int>(to)];
+  const uint8_t* src = pools.base[static_cast<int>(from)] + static_cast<size_t>(b.job.src_page) * SL.page_bytes;
+  uint8_t* dst = pools.base[static_cast<int>(to)] + static_cast<size_t>(b.job.dst_page) * DL.page_bytes;
+  return {src + (b.kv ? SL.v_codes : 0) + static_cast<size_t>(b.head) * SL.code_stride,
+          src + (b.kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(b.head) * SL.meta_stride,
+          dst + (b.kv ? DL.v_codes : 0) + static_cast<size_t>(b.head) * DL.code_stride,
+          dst + (b.kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(b.head) * DL.meta_stride};
+}
+
+// Blocks as convert_block with kvs = 1: one launch converts the K vectors (kv = 0) or the V vectors
+// (kv = 1) with the norm correction Corr, a template parameter so that no shuffling sum sits under a
+// branch the compiler cannot prove warp-uniform.
 template <int D, codec::NormCorrection Corr>
 __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
     fp8_to_tq3_kernel(PoolViews pools, int H, int B, int chunks, int kv, const float* signs, const ConvertJob* jobs) {
@@ -176,27 +207,20 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
   constexpr int G = S::kGroup, JL = S::kRun, W = S::kWords;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = lane & (G - 1), gi = lane / G;
-  int rest = blockIdx.x;
-  const int chunk = rest % chunks;
-  rest /= chunks;
-  const int h = rest % H, job_index = rest / H;
-  const ConvertJob job = jobs[job_index];
+  const ConvertBlock blk = convert_block(jobs, H, chunks, 1, kv);
+  const int chunk = blk.chunk, h = blk.head;
+  const ConvertJob job = blk.job;
 
   __shared__ float levels[8];
   __shared__ __align__(16) uint8_t staged[S::kWarps][S::kRowsPerWarp * S::kRowBytes];
   if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(threadIdx.x);
 
-  const DeviceLayout SL = pools.layout[static_cast<int>(codec::PageFormat::kFp8)];
+  const HeadBlocks hb = head_blocks(pools, codec::PageFormat::kFp8, codec::PageFormat::kTq3, blk);
+  const uint8_t* src_codes = hb.src_codes;
+  const float* src_scale = reinterpret_cast<const float*>(hb.src_meta);
+  uint8_t* dst_codes = hb.dst_codes;
+  uint8_t* dst_meta = hb.dst_meta;
   const DeviceLayout DL = pools.layout[static_cast<int>(codec::PageFormat::kTq3)];
-  const uint8_t* src =
-      pools.base[static_cast<int>(codec::PageFormat::kFp8)] + static_cast<size_t>(job.src_page) * SL.page_bytes;
-  uint8_t* dst =
-      pools.base[static_cast<int>(codec::PageFormat::kTq3)] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
-  const uint8_t* src_codes = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride;
-  const float* src_scale =
-      reinterpret_cast<const float*>(src + (kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(h) * SL.meta_stride);
-  uint8_t* dst_codes = dst + (kv ? DL.v_codes : 0) + static_cast<size_t>(h) * DL.code_stride;
-  uint8_t* dst_meta = dst + (kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(h) * DL.meta_stride;
 
   // The rotation's signs folded into the FP8 sign bits: (-c) * s == -(c * s) exactly.
   uint32_t flip[G * W];
@@ -398,7 +422,7 @@ __device__ inline uint64_t row_bits(const uint8_t* row, int bit, int n) {
   return v;
 }
 
-// Promotion, blocks (job, head, K|V, chunk), chunk fastest. Each warp stages its rows' packed codes
+// Promotion, blocks as convert_block with kvs = 2 (K and V in one launch). Each warp stages its rows' packed codes
 // (384 contiguous bytes) with 16-byte loads, each lane takes its runs' codes from there, and the vector
 // is decoded (alpha times the level), rotated back (FWHT, 1/sqrt(D), signs) and encoded as E4M3 with
 // codec::fp8_encode_vector's scale and rounding. The staged rows carry 8 spare bytes, so a run's bits
@@ -410,30 +434,20 @@ __global__ void __launch_bounds__(32 * Tq3ConvertShape<D>::kWarps)
   constexpr int G = S::kGroup, JL = S::kRun, W = S::kWords;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = lane & (G - 1), gi = lane / G;
-  int rest = blockIdx.x;
-  const int chunk = rest % chunks;
-  rest /= chunks;
-  const int kv = rest & 1;
-  rest >>= 1;
-  const int h = rest % H;
-  const ConvertJob job = jobs[rest / H];
+  const ConvertBlock blk = convert_block(jobs, H, chunks, 2, 0);
+  const int chunk = blk.chunk, h = blk.head;
+  const ConvertJob job = blk.job;
 
   __shared__ float levels[8];
   __shared__ __align__(16) uint8_t staged[S::kWarps][S::kRowsPerWarp * S::kRowBytes + 16];
   if (threadIdx.x < 8) levels[threadIdx.x] = codec::tq3_level(threadIdx.x);
 
-  const DeviceLayout SL = pools.layout[static_cast<int>(codec::PageFormat::kTq3)];
+  const HeadBlocks hb = head_blocks(pools, codec::PageFormat::kTq3, codec::PageFormat::kFp8, blk);
+  const uint8_t* src_codes = hb.src_codes;
+  const uint16_t* src_alpha = reinterpret_cast<const uint16_t*>(hb.src_meta);
+  uint8_t* dst_codes = hb.dst_codes;
+  float* dst_scale = reinterpret_cast<float*>(hb.dst_meta);
   const DeviceLayout DL = pools.layout[static_cast<int>(codec::PageFormat::kFp8)];
-  const uint8_t* src =
-      pools.base[static_cast<int>(codec::PageFormat::kTq3)] + static_cast<size_t>(job.src_page) * SL.page_bytes;
-  uint8_t* dst =
-      pools.base[static_cast<int>(codec::PageFormat::kFp8)] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
-  const uint8_t* src_codes = src + (kv ? SL.v_codes : 0) + static_cast<size_t>(h) * SL.code_stride;
-  const uint16_t* src_alpha =
-      reinterpret_cast<const uint16_t*>(src + (kv ? SL.v_meta : SL.k_meta) + static_cast<size_t>(h) * SL.meta_stride);
-  uint8_t* dst_codes = dst + (kv ? DL.v_codes : 0) + static_cast<size_t>(h) * DL.code_stride;
-  float* dst_scale =
-      reinterpret_cast<float*>(dst + (kv ? DL.v_meta : DL.k_meta) + static_cast<size_t>(h) * DL.meta_stride);
 
   // Bit (32 hi + jl) of `negate`: the sign of element (hi, jl); (-y) * 1 == y * (-1) exactly.
   uint32_t negate = 0;

@@ -202,46 +202,40 @@ TEST(GpuPageWrites, FusedConversionsEqualPerVectorKernelsOnLargePages) {
     cuda::DeviceArray<cuda::ConvertJob> dj(jobs.size());
     cuda::check(cudaMemcpy(dj.get(), jobs.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
     const auto signs = cuda::upload_rotation_signs(layers, g.kv_heads, d, codec::kDefaultRotationSeed);
-    const size_t pool_bytes = (jobs_n + 1) * pool.layout(PageFormat::kTq3).bytes();
-    std::vector<uint8_t> want(pool_bytes), got(pool_bytes);
-    cuda::check(cudaMemset(views.base[2], 0x5a, pool_bytes), "poison");
-    cuda::convert_fp8_to_tq3_per_vector(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr);
-    cuda::check(cudaMemcpy(want.data(), views.base[2], pool_bytes, cudaMemcpyDeviceToHost), "want");
-    cuda::check(cudaMemset(views.base[2], 0xa5, pool_bytes), "poison");
-    cuda::check(cudaMemcpy(views.base[2], want.data(), pool.layout(PageFormat::kTq3).bytes(), cudaMemcpyHostToDevice),
-                "null page");  // page 0 is no job's destination: copy it so only job pages are compared
-    cuda::convert_fp8_to_tq3(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr);
-    cuda::check(cudaMemcpy(got.data(), views.base[2], pool_bytes, cudaMemcpyDeviceToHost), "got");
-    size_t differ = 0, first = pool_bytes;
-    for (size_t i = 0; i < pool_bytes; ++i)
-      if (got[i] != want[i]) {
-        ++differ;
-        first = std::min(first, i);
-      }
-    EXPECT_EQ(differ, 0u) << "fp8->tq3 d=" << d << ": " << differ << " bytes differ, the first at " << first;
+    // Both kernels write pool `f`, poisoned differently before each; page 0 is no job's destination, so
+    // the per-vector kernel's copy of it is put back before the fused run and only job pages can differ.
+    const auto compare = [&](PageFormat f, const char* what, auto per_vector, auto fused) {
+      const size_t page_bytes = pool.layout(f).bytes(), pool_bytes = (jobs_n + 1) * page_bytes;
+      uint8_t* base = views.base[static_cast<int>(f)];
+      std::vector<uint8_t> want(pool_bytes), got(pool_bytes);
+      cuda::check(cudaMemset(base, 0x5a, pool_bytes), "poison");
+      per_vector();
+      cuda::check(cudaMemcpy(want.data(), base, pool_bytes, cudaMemcpyDeviceToHost), "want");
+      cuda::check(cudaMemset(base, 0xa5, pool_bytes), "poison");
+      cuda::check(cudaMemcpy(base, want.data(), page_bytes, cudaMemcpyHostToDevice), "null page");
+      fused();
+      cuda::check(cudaMemcpy(got.data(), base, pool_bytes, cudaMemcpyDeviceToHost), "got");
+      size_t differ = 0, first = pool_bytes;
+      for (size_t i = 0; i < pool_bytes; ++i)
+        if (got[i] != want[i]) {
+          ++differ;
+          first = std::min(first, i);
+        }
+      EXPECT_EQ(differ, 0u) << what << " d=" << d << ": " << differ << " bytes differ, the first at " << first;
+    };
+    compare(
+        PageFormat::kTq3, "fp8->tq3",
+        [&] { cuda::convert_fp8_to_tq3_per_vector(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr); },
+        [&] { cuda::convert_fp8_to_tq3(views, g, signs.get(), dj.get(), jobs_n, {}, nullptr); });
 
     // Promotion of those TQ3 pages back into the FP8 pool, by both kernels.
     std::vector<cuda::ConvertJob> back;
     for (const auto& j : jobs) back.push_back({j.dst_page, j.src_page, j.tokens, j.layer});
     cuda::check(cudaMemcpy(dj.get(), back.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
-    const size_t fp8_bytes = (jobs_n + 1) * pool.layout(PageFormat::kFp8).bytes();
-    std::vector<uint8_t> want8(fp8_bytes), got8(fp8_bytes);
-    cuda::check(cudaMemset(views.base[1], 0x5a, fp8_bytes), "poison");
-    cuda::convert_tq3_to_fp8_per_vector(views, g, signs.get(), dj.get(), jobs_n, nullptr);
-    cuda::check(cudaMemcpy(want8.data(), views.base[1], fp8_bytes, cudaMemcpyDeviceToHost), "want");
-    cuda::check(cudaMemset(views.base[1], 0xa5, fp8_bytes), "poison");
-    cuda::check(cudaMemcpy(views.base[1], want8.data(), pool.layout(PageFormat::kFp8).bytes(), cudaMemcpyHostToDevice),
-                "null page");
-    cuda::convert_tq3_to_fp8(views, g, signs.get(), dj.get(), jobs_n, nullptr);
-    cuda::check(cudaMemcpy(got8.data(), views.base[1], fp8_bytes, cudaMemcpyDeviceToHost), "got");
-    differ = 0;
-    first = fp8_bytes;
-    for (size_t i = 0; i < fp8_bytes; ++i)
-      if (got8[i] != want8[i]) {
-        ++differ;
-        first = std::min(first, i);
-      }
-    EXPECT_EQ(differ, 0u) << "tq3->fp8 d=" << d << ": " << differ << " bytes differ, the first at " << first;
+    compare(
+        PageFormat::kFp8, "tq3->fp8",
+        [&] { cuda::convert_tq3_to_fp8_per_vector(views, g, signs.get(), dj.get(), jobs_n, nullptr); },
+        [&] { cuda::convert_tq3_to_fp8(views, g, signs.get(), dj.get(), jobs_n, nullptr); });
   }
 }
 
