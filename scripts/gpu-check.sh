@@ -35,10 +35,10 @@ fi
 san_rc=0
 if part sanitizer && command -v compute-sanitizer >/dev/null && [[ "${SANITIZE:-1}" == 1 ]]; then
   echo "== compute-sanitizer (memcheck, racecheck) on the small GPU tests"
-  small='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.Accounting*:GpuPrefill.BadPlans*:GpuPrefill.RecentFp8*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  small='GpuDecode.Every*:GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.Accounting*:GpuPrefill.BadPlans*:GpuPrefill.RecentFp8*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
   # racecheck does not model bar.arrive as a release (the probe below shows it on a correct ring), so the
   # prefill tests, whose producer and consumer warps hand tiles over that way, run under memcheck only.
-  no_named_barriers='GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
+  no_named_barriers='GpuDecode.Every*:GpuDecode.Instrumentation*:GpuDecode.BadPlans*:GpuPrefill.BadPlans*:GpuPageWrites.*:GpuDecodeGraph.*:GpuCodec.*'
   for tool in memcheck racecheck; do
     filter=$small
     [[ $tool == racecheck ]] && filter=$no_named_barriers

@@ -3,18 +3,20 @@
 
 # lab_build SRC TARGET SOURCE BENCH DIR [nvcc args...]: compiles SOURCE with the CUDA flags of SRC's
 # CMake target TARGET plus the extra arguments into DIR, replaces its object in a copy of SRC's
-# libminimakv_cuda.a and relinks SRC's benchmark BENCH against that copy into DIR/BENCH.
+# libminimakv_cuda.a and relinks SRC's benchmark BENCH against that copy into DIR/BENCH. LAB_SRCROOT (default:
+# this checkout) is the source tree SOURCE and the headers come from, e.g. a worktree of an earlier commit
+# for a "before" variant.
 lab_build() {
   local src=$1 target=$2 source=$3 bench=$4 dir=$5
   shift 5
-  local flags defs link obj abs
+  local flags defs link obj abs root=${LAB_SRCROOT:-.}
   flags=$(sed -n 's/^CUDA_FLAGS = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
   defs=$(sed -n 's/^CUDA_DEFINES = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
   link=$(cat "$src/bench/CMakeFiles/$bench.dir/link.txt")
   obj=$(basename "$source").o
   mkdir -p "$dir"
   # shellcheck disable=SC2086
-  nvcc $flags $defs "$@" -I include -isystem /usr/local/cuda/include -c "$source" -o "$dir/$obj"
+  nvcc $flags $defs "$@" -I "$root/include" -isystem /usr/local/cuda/include -c "$root/$source" -o "$dir/$obj"
   cp "$src/src/libminimakv_cuda.a" "$dir/"
   ar r "$dir/libminimakv_cuda.a" "$dir/$obj"
   abs=$(realpath "$dir")

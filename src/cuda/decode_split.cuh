@@ -109,35 +109,78 @@ __device__ inline EntryRows entry_rows(const DeviceLayout& L, const uint8_t* bas
 // The fragments' k order is a permutation of dims (QK) or tokens (PV), the same for both operands, and
 // the output rows a permutation of dims undone when the warp's rows are written out.
 //
-// Staging: each warp streams its tiles through a ring of 2 A + 1 half-tile slots in shared memory, K and
-// V of a tile copied asynchronously as separate commit groups, A tiles ahead: while the warp computes
-// QK of tile i, V(i) and K, V of tiles i + 1 .. i + A - 1 and K(i + A) are in flight; while it computes
-// PV of tile i, K, V of tiles i + 1 .. i + A. K(i) sits in slot 2 i, V(i) in 2 i + 1 (mod 2 A + 1), so
-// K(i + A) takes the slot V(i - 1) has left and V(i + A) the one K(i) has.
+// Staging: each warp streams its tiles through a ring of half-tile slots in shared memory, K and V of a
+// tile copied asynchronously as separate commit groups, A tiles ahead. Two loop orders (the tiling picks
+// one per format; attend_split says how each uses the ring):
+//   sequential: per tile QK, softmax, PV, over 2 A + 1 slots;
+//   pipelined (no page scores): QK of tile i + 1 beside PV of tile i, over 2 A + 2 slots.
 
 constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA group fits
 
-// Tile tokens and tiles ahead per format and head_dim, as the kernel lab measured them on an H200
-// (docs/benchmarks.md). A lab variant build (scripts/bench/decode-lab.sh) defines MINIMAKV_DECODE_LAB and,
-// per format index f, MINIMAKV_DECODE_TT_f and MINIMAKV_DECODE_AHEAD_f, for every head_dim.
+// Tile tokens, tiles ahead and loop order per format and head_dim, as the kernel lab measured them on
+// an H200 (docs/benchmarks.md):
+//   - BF16: 16-token tiles one ahead where rows are 256 bytes or more (head_dim >= 128), else 32;
+//   - FP8: 32-token tiles one ahead, 16 two ahead at 256-byte rows (head_dim 256);
+//   - TQ3: 32-token tiles one ahead;
+//   - every format sequential (below).
+//   pipelined: without page scores, a warp computes QK of tile i + 1 beside PV of tile i (two
+//   independent chains of fragment building and MMAs for the scheduler to interleave) instead of one
+//   tile's QK, softmax and PV in sequence; its ring then holds one slot more. With page scores the
+//   sequential loop runs either way (a tile's page statistics end an entry block-wide). A lab
+//   challenger that lost on an H200: TQ3 within 1-2% of sequential at head_dim 128 and 18% slower at
+//   256 (spills); BF16 within 3% either way; FP8 9% slower at batch 32 and 33% on the canary
+//   (docs/benchmarks.md).
+// A lab variant build (scripts/bench/decode-lab.sh) overrides any of these, per format index f and for
+// every head_dim, with MINIMAKV_DECODE_TT_f, MINIMAKV_DECODE_AHEAD_f and MINIMAKV_DECODE_PIPE_f (0 or 1).
 struct Tiling {
   int tokens, ahead;
+  bool pipelined;
 };
+#ifndef MINIMAKV_DECODE_TT_0
+#define MINIMAKV_DECODE_TT_0 0
+#endif
+#ifndef MINIMAKV_DECODE_TT_1
+#define MINIMAKV_DECODE_TT_1 0
+#endif
+#ifndef MINIMAKV_DECODE_TT_2
+#define MINIMAKV_DECODE_TT_2 0
+#endif
+#ifndef MINIMAKV_DECODE_AHEAD_0
+#define MINIMAKV_DECODE_AHEAD_0 0
+#endif
+#ifndef MINIMAKV_DECODE_AHEAD_1
+#define MINIMAKV_DECODE_AHEAD_1 0
+#endif
+#ifndef MINIMAKV_DECODE_AHEAD_2
+#define MINIMAKV_DECODE_AHEAD_2 0
+#endif
+#ifndef MINIMAKV_DECODE_PIPE_0
+#define MINIMAKV_DECODE_PIPE_0 -1
+#endif
+#ifndef MINIMAKV_DECODE_PIPE_1
+#define MINIMAKV_DECODE_PIPE_1 -1
+#endif
+#ifndef MINIMAKV_DECODE_PIPE_2
+#define MINIMAKV_DECODE_PIPE_2 -1
+#endif
 template <codec::PageFormat F, int D>
 constexpr Tiling decode_tiling() {
-#ifdef MINIMAKV_DECODE_LAB
-  constexpr Tiling lab[3] = {{MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_AHEAD_0},
-                             {MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_AHEAD_1},
-                             {MINIMAKV_DECODE_TT_2, MINIMAKV_DECODE_AHEAD_2}};
-  return lab[codec::format_index(F)];
-#else
-  // BF16 rows of 256 bytes or more: 16-token tiles, one ahead; FP8: 32-token tiles one ahead, 16 two ahead
-  // at 256-byte rows (head_dim 256); TQ3: 32-token tiles, one ahead.
   constexpr int row = static_cast<int>(codec::format_row_bytes(F, D));
-  if constexpr (F == codec::PageFormat::kTq3) return {32, 1};
-  if constexpr (F == codec::PageFormat::kFp8) return row >= 256 ? Tiling{16, 2} : Tiling{32, 1};
-  return {row >= 256 ? 16 : 32, 1};
-#endif
+  Tiling t{};
+  if constexpr (F == codec::PageFormat::kTq3)
+    t = {32, 1, false};
+  else if constexpr (F == codec::PageFormat::kFp8)
+    t = row >= 256 ? Tiling{16, 2, false} : Tiling{32, 1, false};
+  else
+    t = {row >= 256 ? 16 : 32, 1, false};
+  constexpr int fi = codec::format_index(F);
+  constexpr int lab_tokens[3] = {MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_TT_2};
+  constexpr int lab_ahead[3] = {MINIMAKV_DECODE_AHEAD_0, MINIMAKV_DECODE_AHEAD_1, MINIMAKV_DECODE_AHEAD_2};
+  constexpr int lab_pipe[3] = {MINIMAKV_DECODE_PIPE_0, MINIMAKV_DECODE_PIPE_1, MINIMAKV_DECODE_PIPE_2};
+  if (lab_tokens[fi] > 0) t.tokens = lab_tokens[fi];
+  if (lab_ahead[fi] > 0) t.ahead = lab_ahead[fi];
+  if (lab_pipe[fi] >= 0) t.pipelined = lab_pipe[fi] != 0;
+  return t;
 }
 
 template <codec::PageFormat F, int D>
@@ -157,10 +200,14 @@ struct TileGeom {
   // Tiles in flight: as asked, but no more than 210 KB of rings per CTA hold (the rest of the 227 KB
   // a CTA may have is the query fragments and the softmax scratch).
   static constexpr int kRingBudget = 210 * 1024;
-  static constexpr int kAheadFit = (kRingBudget / (kWarps * kSlot) - 1) / 2;
+  // The sequential loop keeps 2 A + 1 slots, the pipelined one 2 A + 2 (K of tiles i + 1 .. i + 1 + A
+  // and V of tiles i .. i + A).
+  static constexpr bool kPipelined = decode_tiling<F, D>().pipelined;
+  static constexpr int kExtra = kPipelined ? 2 : 1;
+  static constexpr int kAheadFit = (kRingBudget / (kWarps * kSlot) - kExtra) / 2;
   static constexpr int kAhead = decode_tiling<F, D>().ahead < kAheadFit ? decode_tiling<F, D>().ahead : kAheadFit;
   static_assert(kAhead >= 1, "decode tiling: one tile ahead does not fit in shared memory");
-  static constexpr int kSlots = 2 * kAhead + 1;
+  static constexpr int kSlots = 2 * kAhead + kExtra;
   static constexpr int kWarpBytes = kSlots * kSlot;
 };
 
@@ -424,10 +471,10 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   const DeviceLayout L = p.pools.layout[codec::format_index(F)];
   const uint8_t* base = p.pools.base[codec::format_index(F)];
   const auto* entries = reinterpret_cast<const PlanEntry*>(p.plan + p.off_entry);
-  // The first A tiles' K and V go out before the block waits for the query fragments.
-  TileCursor cur = seek_tile<TT>(entries, sp, sp.entry_begin, 0, warp), lead = cur;  // lead: A - 1 tiles ahead
-  int slot = 0;  // ring slot of the current tile's K; its V is in slot + 1, K(i + A) goes to slot + 2 A
-  auto slot_at = [&](int s) { return ring + (s % TG::kSlots) * TG::kSlot; };
+  const bool want_pages = p.page_m != nullptr;
+  // The pipelined loop runs where the tiling asks for it and no page scores are wanted.
+  const bool pipelined = TG::kPipelined && !want_pages;
+
   auto stage_tile_half = [&](const TileCursor& c, bool v_half, uint8_t* dst) {
     int n = 0;
     const uint8_t* rows = nullptr;
@@ -438,156 +485,253 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
     }
     stage_rows<TG>(rows, n, v_half ? TG::kVStride : TG::kKStride, dst);
   };
-  stage_tile_half(lead, false, slot_at(0));
-  stage_tile_half(lead, true, slot_at(1));
+  // Valid tokens of the tile at c (0 past the split's last tile) and their K and V row scales: the
+  // tokens of this lane's C rows, 16 (j / 2) + g + 8 (j % 2) at [j].
+  auto tile_scales = [&](const TileCursor& c, float(&ksc)[2 * KB], float(&vsc)[2 * KB]) {
+    int n = 0;
+    EntryRows er{};
+    if (c.ei < sp.entry_end) {
+      er = entry_rows(L, base, entries[c.ei], sp, h);
+      n = min(TT, er.t_end - c.tile);
+    }
 #pragma unroll
-  for (int a = 1; a < A; ++a) {
-    lead = next_tile<TT>(entries, sp, lead, warp);
-    stage_tile_half(lead, false, slot_at(2 * a));
-    stage_tile_half(lead, true, slot_at(2 * a + 1));
-  }
-  __syncthreads();
+    for (int j = 0; j < 2 * KB; ++j) {
+      const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+      const size_t mo = static_cast<size_t>(c.tile + tok) * L.meta;
+      ksc[j] = tok < n ? load_meta<F>(er.km + mo) : 0.0f;
+      vsc[j] = tok < n ? load_meta<F>(er.vm + mo) : 0.0f;
+    }
+    return n;
+  };
+  // S = K Q^T of the tile staged at st_k: C element [mb][2 r + i] is token 16 mb + g + 8 r, query head
+  // 2 t + i. 64 dims (four k-steps, every query term) per tensor-core sum from zero, added up in fp32
+  // (see PV). skip_padding: blocks of padding rows only are skipped (a warp-uniform branch); otherwise
+  // they are computed too (branch-free; their rows are masked by the softmax, and a row of the product
+  // depends on its own K row only).
+  auto tile_logits = [&](const uint8_t* st_k, int n, bool skip_padding, float(&s)[KB][4]) {
+#pragma unroll
+    for (int mb = 0; mb < KB; ++mb) {
+      s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
+      if (skip_padding && 16 * mb >= n) continue;
+      const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
+      const uint8_t* r1 = r0 + 8 * TG::kKStride;
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        uint32_t a[4][4];
+        qk_chunk<F, D>(r0, r1, c, t, pairs, a);
+        float part[4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int j = 0; j < NQ; ++j) {
+            const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
+            mma_tile<F>(part, a[kk], qv.x, qv.y);
+          }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
+      }
+    }
+  };
   // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
-  float acc[MB][4];
+  // Softmax over the tile for columns 2 t + i: scales the logits by the K row scales, masks padding,
+  // moves the running max, writes P (times each token's V scale) to ps[warp] and returns the rescale
+  // of the running output in corrs. With page scores, the tile's (max, sum) joins the page's (pm, pl).
+  auto tile_softmax = [&](float(&s)[KB][4], int n, const float(&ksc)[2 * KB], const float(&vsc)[2 * KB],
+                          float(&corrs)[2], float(&pm)[2], float(&pl)[2]) {
 #pragma unroll
-  for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
-  const bool want_pages = p.page_m != nullptr;
-  for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
-    float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
-    while (cur.ei == ei) {
-      const EntryRows er = entry_rows(L, base, entries[ei], sp, h);
-      const int n = min(TT, er.t_end - cur.tile);
-      lead = next_tile<TT>(entries, sp, lead, warp);
-      stage_tile_half(lead, false, slot_at(slot + 2 * A));
-      // Row scales of the tokens of this lane's C rows: 16 (j / 2) + g + 8 (j % 2) at [j].
-      float ksc[2 * KB], vsc[2 * KB];
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 2 * KB; ++j) {
         const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
-        const size_t mo = static_cast<size_t>(cur.tile + tok) * L.meta;
-        ksc[j] = tok < n ? load_meta<F>(er.km + mo) : 0.0f;
-        vsc[j] = tok < n ? load_meta<F>(er.vm + mo) : 0.0f;
+        float& x = s[j >> 1][2 * (j & 1) + i];
+        x = tok < n ? x * ksc[j] : -INFINITY;
+        mx = fmaxf(mx, x);
       }
-      __pipeline_wait_prior(2 * A);  // K of this tile; the 2 A groups after it may still be in flight
-      __syncwarp();
-      const uint8_t* st_k = slot_at(slot);
-      float s[KB][4];
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float mn = fmaxf(m[i], mx);  // finite: token 0 of a tile is always valid
+      const float corr = exp2f(m[i] - mn);
+      m[i] = mn;
+      float sum = 0.0f;
 #pragma unroll
-      for (int mb = 0; mb < KB; ++mb) {
-        s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
-        if (16 * mb >= n) continue;  // warp-uniform: a block of padding rows only
-        const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
-        const uint8_t* r1 = r0 + 8 * TG::kKStride;
-        // 64 dims (four k-steps, hi and lo) per tensor-core sum from zero, added up in fp32 (see PV).
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          uint32_t a[4][4];
-          qk_chunk<F, D>(r0, r1, c, t, pairs, a);
-          float part[4] = {};
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-            for (int j = 0; j < NQ; ++j) {
-              const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
-              mma_tile<F>(part, a[kk], qv.x, qv.y);
-            }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
-        }
+      for (int j = 0; j < 2 * KB; ++j) {
+        const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
+        const float pr = exp2f(s[j >> 1][2 * (j & 1) + i] - mn);  // 0 for padding rows
+        sum += pr;
+        ps[warp][tok][2 * t + i] = pr * vsc[j];
       }
-      // Softmax over the tile for columns 2 t + i; C element [mb][2 r + i] is token 16 mb + g + 8 r.
-      float corrs[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 2 * KB; ++j) {
-          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
-          float& x = s[j >> 1][2 * (j & 1) + i];
-          x = tok < n ? x * ksc[j] : -INFINITY;
-          mx = fmaxf(mx, x);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float mn = fmaxf(m[i], mx);  // finite: token 0 of a tile is always valid
-        const float corr = exp2f(m[i] - mn);
-        m[i] = mn;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2 * KB; ++j) {
-          const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
-          const float pr = exp2f(s[j >> 1][2 * (j & 1) + i] - mn);  // 0 for padding rows
-          sum += pr;
-          ps[warp][tok][2 * t + i] = pr * vsc[j];
-        }
-        lsum[i] = lsum[i] * corr + sum;
-        corrs[i] = corr;
-        if (want_pages) {
-          sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-          float c1, c2;
-          merge_ml(pm[i], pl[i], mn, sum, c1, c2);
-        }
+      lsum[i] = lsum[i] * corr + sum;
+      corrs[i] = corr;
+      if (want_pages) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+        float c1, c2;
+        merge_ml(pm[i], pl[i], mn, sum, c1, c2);
       }
-      __syncwarp();  // every lane is done with this K slot and has written its P
-      stage_tile_half(lead, true, slot_at(slot));
-      // O^T += V^T P^T over the tile's 16-token k-steps; lane (g, t) takes tokens t + 4 j, j = 0..3, of a
-      // step and output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is
-      // summed on the tensor cores from zero and added to the running output in fp32 with the tile's
-      // rescale: tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
-      const int steps = n > 16 ? 2 : 1;  // warp-uniform; at most KB
-      uint32_t b_hi[KB][2], b_lo[KB][2];
+    }
+  };
+  // P^T as the PV product's B fragments (hi and lo terms) from ps[warp]: lane (g, t) takes tokens
+  // t + 4 j, j = 0..3, of each 16-token k-step, query head g.
+  auto p_fragments = [&](uint32_t(&b_hi)[KB][2], uint32_t(&b_lo)[KB][2]) {
+#pragma unroll
+    for (int kt = 0; kt < KB; ++kt) {
+      float pv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pv[j] = ps[warp][16 * kt + t + 4 * j][g];
+      uint32_t t01[2], t23[2];
+      split_terms<F, 2>(pv[0], pv[1], t01);
+      split_terms<F, 2>(pv[2], pv[3], t23);
+      b_hi[kt][0] = t01[0];
+      b_lo[kt][0] = t01[1];
+      b_hi[kt][1] = t23[0];
+      b_lo[kt][1] = t23[1];
+    }
+  };
+  float acc[MB][4];
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
+  // O^T += V^T P^T over the tile's 16-token k-steps (the V slot at st_v, `steps` of them); lane (g, t)
+  // takes output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is summed on
+  // the tensor cores from zero and added to the running output in fp32 with the tile's rescale:
+  // tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
+  auto tile_pv = [&](const uint8_t* st_v, int n, int steps, const uint32_t(&b_hi)[KB][2], const uint32_t(&b_lo)[KB][2],
+                     const float(&corrs)[2]) {
+    const uint8_t* vrow = st_v + t * TG::kVStride;  // token t; t + 4 j + 16 kt at a fixed offset
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) {
+      const int d = 4 * (8 * k + g);
+      float tmp[2][4] = {};
 #pragma unroll
       for (int kt = 0; kt < KB; ++kt) {
-        float pv[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) pv[j] = ps[warp][16 * kt + t + 4 * j][g];
-        uint32_t t01[2], t23[2];
-        split_terms<F, 2>(pv[0], pv[1], t01);
-        split_terms<F, 2>(pv[2], pv[3], t23);
-        b_hi[kt][0] = t01[0];
-        b_lo[kt][0] = t01[1];
-        b_hi[kt][1] = t23[0];
-        b_lo[kt][1] = t23[1];
+        if (kt >= steps) break;
+        uint32_t a0[4], a1[4];
+        pv_fragments<F, D>(vrow, TG::kVStride, kt, d, t, n, pairs, a0, a1);
+        mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
+        mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
+        mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
+        mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
       }
-      __pipeline_wait_prior(2 * A);  // V of this tile; the next A tiles' K and V may still be in flight
-      __syncwarp();
-      const uint8_t* vrow = slot_at(slot + 1) + t * TG::kVStride;  // token t; t + 4 j + 16 kt at a fixed offset
 #pragma unroll
-      for (int k = 0; k < D / 32; ++k) {
-        const int d = 4 * (8 * k + g);
-        float tmp[2][4] = {};
+      for (int e = 0; e < 2; ++e)
 #pragma unroll
-        for (int kt = 0; kt < KB; ++kt) {
-          if (kt >= steps) break;
-          uint32_t a0[4], a1[4];
-          pv_fragments<F, D>(vrow, TG::kVStride, kt, d, t, n, pairs, a0, a1);
-          mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
-          mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
-          mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
-          mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
-        }
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
-      }
-      __syncwarp();  // every lane is done with this V slot and with ps
-      cur = next_tile<TT>(entries, sp, cur, warp);
-      slot += 2;
+        for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
     }
-    if (want_pages) {
-      if (g == 0) {
+  };
+
+  TileCursor cur = seek_tile<TT>(entries, sp, sp.entry_begin, 0, warp);
+  if (!pipelined) {
+    // Sequential: per tile, QK, softmax, then PV. K(i) sits in slot 2 i, V(i) in 2 i + 1 (mod 2 A + 1),
+    // so K(i + A) takes the slot V(i - 1) has left and V(i + A) the one K(i) has. While the warp
+    // computes QK of tile i, V(i) and K, V of tiles i + 1 .. i + A - 1 and K(i + A) are in flight; while
+    // it computes PV of tile i, K, V of tiles i + 1 .. i + A.
+    TileCursor lead = cur;  // A - 1 tiles ahead, then A
+    int slot = 0;           // ring slot of the current tile's K; its V is in slot + 1
+    auto slot_at = [&](int s) { return ring + (s % (2 * A + 1)) * TG::kSlot; };
+    // The first A tiles' K and V go out before the block waits for the query fragments.
+    stage_tile_half(lead, false, slot_at(0));
+    stage_tile_half(lead, true, slot_at(1));
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          red_m[warp][2 * t + i] = pm[i];
-          red_l[warp][2 * t + i] = pl[i];
-        }
+    for (int a = 1; a < A; ++a) {
+      lead = next_tile<TT>(entries, sp, lead, warp);
+      stage_tile_half(lead, false, slot_at(2 * a));
+      stage_tile_half(lead, true, slot_at(2 * a + 1));
+    }
+    __syncthreads();
+    for (int ei = sp.entry_begin; ei < sp.entry_end; ++ei) {
+      float pm[2] = {-INFINITY, -INFINITY}, pl[2] = {0.0f, 0.0f};
+      while (cur.ei == ei) {
+        lead = next_tile<TT>(entries, sp, lead, warp);
+        stage_tile_half(lead, false, slot_at(slot + 2 * A));
+        float ksc[2 * KB], vsc[2 * KB];
+        const int n = tile_scales(cur, ksc, vsc);
+        __pipeline_wait_prior(2 * A);  // K of this tile; the 2 A groups after it may still be in flight
+        __syncwarp();
+        float s[KB][4], corrs[2];
+        tile_logits(slot_at(slot), n, true, s);
+        tile_softmax(s, n, ksc, vsc, corrs, pm, pl);
+        __syncwarp();  // every lane is done with this K slot and has written its P
+        stage_tile_half(lead, true, slot_at(slot));
+        uint32_t b_hi[KB][2], b_lo[KB][2];
+        p_fragments(b_hi, b_lo);
+        __pipeline_wait_prior(2 * A);  // V of this tile; the next A tiles' K and V may still be in flight
+        __syncwarp();
+        tile_pv(slot_at(slot + 1), n, n > 16 ? 2 : 1, b_hi, b_lo, corrs);
+        __syncwarp();  // every lane is done with this V slot and with ps
+        cur = next_tile<TT>(entries, sp, cur, warp);
+        slot += 2;
       }
-      write_page_stats<kMmaCols>(p, ei, red_m, red_l);
+      if (want_pages) {
+        if (g == 0) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            red_m[warp][2 * t + i] = pm[i];
+            red_l[warp][2 * t + i] = pl[i];
+          }
+        }
+        write_page_stats<kMmaCols>(p, ei, red_m, red_l);
+      }
+    }
+  } else {
+    // Pipelined: iteration i computes QK of tile i + 1 and PV of tile i (independent: P(i) is already in
+    // registers), then the softmax of tile i + 1. K(j) sits in slot 2 j, V(j) in 2 j + 1 (mod 2 A + 2).
+    // Iteration i first stages K(i + 1 + A) (into the slot of K(i), whose QK ran in iteration i - 1) and
+    // V(i + A) (the slot of V(i - 1)), then waits for K(i + 1) and V(i), staged A iterations before.
+    // Both chains are branch-free: padding rows are computed and masked (a padding row's P is 0 and its
+    // V fragments are read as zero or are finite TQ3 levels), past the last tile on a stale slot whose
+    // logits are dropped.
+    auto slot_k = [&](int j) { return ring + ((2 * j) % (2 * A + 2)) * TG::kSlot; };
+    auto slot_v = [&](int j) { return ring + ((2 * j + 1) % (2 * A + 2)) * TG::kSlot; };
+    TileCursor k_lead = cur, v_lead = cur;
+    stage_tile_half(k_lead, false, slot_k(0));
+#pragma unroll
+    for (int a = 0; a < A; ++a) {
+      k_lead = next_tile<TT>(entries, sp, k_lead, warp);
+      stage_tile_half(k_lead, false, slot_k(a + 1));
+      stage_tile_half(v_lead, true, slot_v(a));
+      v_lead = next_tile<TT>(entries, sp, v_lead, warp);
+    }
+    __syncthreads();
+    float pm[2] = {}, pl[2] = {};  // unused: no page scores on this path
+    float corrs[2] = {1.0f, 1.0f};
+    uint32_t b_hi[KB][2], b_lo[KB][2];
+    int n;
+    {
+      float ksc[2 * KB], vsc[2 * KB], s[KB][4];
+      n = tile_scales(cur, ksc, vsc);
+      __pipeline_wait_prior(2 * A);  // K(0)
+      __syncwarp();
+      if (n > 0) {
+        tile_logits(slot_k(0), n, false, s);
+        tile_softmax(s, n, ksc, vsc, corrs, pm, pl);
+        __syncwarp();
+        p_fragments(b_hi, b_lo);
+      }
+      __syncwarp();  // every lane is done with K(0)'s slot and with ps
+    }
+    for (int i = 0; cur.ei < sp.entry_end; ++i) {
+      k_lead = next_tile<TT>(entries, sp, k_lead, warp);
+      stage_tile_half(k_lead, false, slot_k(i + 1 + A));
+      stage_tile_half(v_lead, true, slot_v(i + A));
+      v_lead = next_tile<TT>(entries, sp, v_lead, warp);
+      const TileCursor nxt = next_tile<TT>(entries, sp, cur, warp);
+      float ksc[2 * KB], vsc[2 * KB], s[KB][4];
+      const int n_next = tile_scales(nxt, ksc, vsc);
+      __pipeline_wait_prior(2 * A);  // K(i + 1) and V(i); the last 2 A groups may still be in flight
+      __syncwarp();
+      tile_logits(slot_k(i + 1), n_next, false, s);
+      tile_pv(slot_v(i), n, KB, b_hi, b_lo, corrs);
+      if (n_next > 0) {
+        tile_softmax(s, n_next, ksc, vsc, corrs, pm, pl);
+        __syncwarp();
+        p_fragments(b_hi, b_lo);
+      }
+      __syncwarp();  // every lane is done with K(i + 1), V(i) and ps
+      cur = nxt;
+      n = n_next;
     }
   }
   __pipeline_wait_prior(0);  // the empty groups of the last tile: nothing may still write the ring
