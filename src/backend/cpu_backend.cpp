@@ -166,6 +166,11 @@ const char* to_string(DType t) {
   return t == DType::kBF16 ? "bf16" : "fp32";
 }
 
+Tensor Tensor::slice(size_t first, size_t n) const {
+  if (first > n_ || n > n_ - first) throw std::out_of_range("Tensor::slice: past the tensor's end");
+  return Tensor(static_cast<uint8_t*>(raw()) + first * dtype_bytes(dtype_), n, dtype_, [](void*) {});
+}
+
 const char* to_string(Device d) {
   return d == Device::kCuda ? "cuda" : "cpu";
 }

@@ -229,6 +229,49 @@ class CudaBackend final : public Backend {
                            y.data(), out),
                "cublasSgemm");
   }
+  // One row through fused weights: a single GEMV over the concatenated matrix writes the outputs back
+  // to back. Each output row's sum is the same computation as in its own GEMV, so the result is
+  // identical; the small projections (k, v) no longer run on a fraction of the SMs.
+  void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) override {
+    size_t total = 0;
+    bool fused = n == 1 && !ps.empty();
+    for (size_t i = 0; fused && i < ps.size(); ++i) {
+      const Projection& p = ps[i];
+      fused = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
+              p.y->size() == static_cast<size_t>(p.out) &&
+              (i == 0 || (p.w->raw() == static_cast<uint8_t*>(ps[i - 1].w->raw()) + ps[i - 1].w->bytes() &&
+                          p.y->data() == ps[i - 1].y->data() + ps[i - 1].out));
+      total += static_cast<size_t>(p.out);
+    }
+    if (!fused) {
+      Backend::matmul_group(x, n, in, ps);
+      return;
+    }
+    const Tensor w(ps[0].w->raw(), total * in, DType::kBF16, [](void*) {});
+    Tensor y(ps[0].y->data(), total, [](float*) {});
+    matmul(x, n, in, w, static_cast<int>(total), y);
+    for (const Projection& p : ps) written(*p.y);
+  }
+  Tensor fuse_weights(std::span<Tensor* const> ws) override {
+    if (ws.empty()) return {};
+    size_t total = 0;
+    for (const Tensor* w : ws) {
+      if (w->dtype() != ws[0]->dtype()) throw std::invalid_argument("fuse_weights: weights of different dtypes");
+      total += w->size();
+    }
+    Tensor all = alloc_weight(total, ws[0]->dtype());
+    size_t at = 0;
+    for (Tensor* w : ws) {
+      if (w->bytes())
+        check(cudaMemcpyAsync(static_cast<uint8_t*>(all.raw()) + at * dtype_bytes(all.dtype()), w->raw(), w->bytes(),
+                              cudaMemcpyDeviceToDevice, stream_->s),
+              "fuse_weights");
+      const size_t n = w->size();
+      *w = all.slice(at, n);  // the old allocation is freed in stream order, after the copy
+      at += n;
+    }
+    return all;
+  }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     if (rows * static_cast<size_t>(dim) > x.size()) throw std::invalid_argument("rmsnorm: shape mismatch");
     written(x);

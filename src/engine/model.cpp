@@ -78,7 +78,15 @@ std::unique_ptr<Model> Model::load(const std::string& dir, backend::Device devic
   m->embed_ = reader.matrix("model.embed_tokens.weight", {c.vocab_size, H});
   m->final_norm_ = reader.vector("model.norm.weight", {H});
   if (!c.tie_word_embeddings) m->lm_head_ = reader.matrix("lm_head.weight", {c.vocab_size, H});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) m->layers_.push_back(m->arch_->load_layer(reader, c, l));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    DecoderLayer L = m->arch_->load_layer(reader, c, l);
+    // The projections that read the same input, one allocation each (see forward_batch).
+    backend::Tensor* qkv[] = {&L.wq, &L.wk, &L.wv};
+    backend::Tensor* gate_up[] = {&L.gate, &L.up};
+    L.qkv_storage = be.fuse_weights(qkv);
+    L.gate_up_storage = be.fuse_weights(gate_up);
+    m->layers_.push_back(std::move(L));
+  }
   return m;
 }
 
@@ -168,9 +176,13 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
       if (open) be.end_forward(false);
     }
   } pass{be};
-  backend::Tensor x = be.alloc(rows * H), h = be.alloc(rows * H), q = be.alloc(rows * Hq * D),
-                  k = be.alloc(rows * Hkv * D), v = be.alloc(rows * Hkv * D), attn = be.alloc(rows * Hq * D),
-                  o = be.alloc(rows * H), g = be.alloc(rows * I), u = be.alloc(rows * I), a = be.alloc(rows * I);
+  // q, k, v (and gate, up) back to back in one buffer each: a backend may then run the projections of a
+  // one-row pass as one product (Backend::matmul_group).
+  const size_t qd = rows * Hq * D, kd = rows * Hkv * D, id = rows * I;
+  backend::Tensor x = be.alloc(rows * H), h = be.alloc(rows * H), qkv = be.alloc(qd + 2 * kd),
+                  attn = be.alloc(rows * Hq * D), o = be.alloc(rows * H), gu = be.alloc(2 * id), a = be.alloc(id);
+  backend::Tensor q = qkv.slice(0, qd), k = qkv.slice(qd, kd), v = qkv.slice(qd + kd, kd), g = gu.slice(0, id),
+                  u = gu.slice(id, id);
   be.embed(embed_, H, ids, x);
   const float layer_weight = 1.0f / static_cast<float>(layers_.size());
   // The residual stream x gets each block's output o added just before the next norm reads it (one
@@ -178,15 +190,14 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& L = layers_[l];
     be.add_rmsnorm(x, l ? &o : nullptr, h, rows, H, L.in_norm, eps);
-    be.matmul(h, n, H, L.wq, Hq * D, q);
-    be.matmul(h, n, H, L.wk, Hkv * D, k);
-    be.matmul(h, n, H, L.wv, Hkv * D, v);
+    const backend::Projection qkv_proj[] = {{&L.wq, Hq * D, &q}, {&L.wk, Hkv * D, &k}, {&L.wv, Hkv * D, &v}};
+    be.matmul_group(h, n, H, qkv_proj);
     arch_->encode_positions(be, L, c, q, k, seqs);
     be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, page_scores, layer_weight);
     be.matmul(attn, n, Hq * D, L.wo, H, o);
     be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);
-    be.matmul(h, n, H, L.gate, I, g);
-    be.matmul(h, n, H, L.up, I, u);
+    const backend::Projection gate_up_proj[] = {{&L.gate, I, &g}, {&L.up, I, &u}};
+    be.matmul_group(h, n, H, gate_up_proj);
     be.swiglu(g, u, a);
     be.matmul(a, n, I, L.down, H, o);
   }

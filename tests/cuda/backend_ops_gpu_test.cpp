@@ -197,6 +197,56 @@ TEST(BackendOps, GemmsMatchFp64) {
   }
 }
 
+// Fused projections (Backend::fuse_weights, matmul_group) equal separate matmuls bit for bit: one row
+// through the single GEMV over the concatenated weights, more rows and outputs that do not lie back to
+// back through one matmul each. The fused weights are slices of one allocation, in order.
+TEST(BackendOps, FusedProjectionsEqualSeparateOnes) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  Backend& be = *b.gpu;
+  const int in = 512, outs[3] = {512, 128, 128};
+  Tensor fused[3], plain[3];
+  for (int i = 0; i < 3; ++i) {
+    const auto w = randn(rng, static_cast<size_t>(outs[i]) * in, 0.05f);
+    std::vector<uint16_t> wb(w.size());
+    for (size_t j = 0; j < w.size(); ++j) wb[j] = codec::float_to_bf16(w[j]);
+    fused[i] = be.upload_bf16(wb, DType::kBF16);
+    plain[i] = be.upload_bf16(wb, DType::kBF16);
+  }
+  Tensor* fuse[] = {&fused[0], &fused[1], &fused[2]};
+  const Tensor storage = be.fuse_weights(fuse);
+  ASSERT_EQ(storage.size(), static_cast<size_t>(in) * (512 + 128 + 128));
+  EXPECT_EQ(fused[0].raw(), storage.raw());
+  EXPECT_EQ(static_cast<uint8_t*>(fused[2].raw()), static_cast<uint8_t*>(storage.raw()) + 2 * in * (512 + 128));
+  for (int n : {1, 4}) {
+    for (bool back_to_back : {true, false}) {
+      const auto x = randn(rng, static_cast<size_t>(n) * in);
+      const Tensor tx = be.upload(x);
+      Tensor all = poisoned(be, static_cast<size_t>(n) * (512 + 128 + 128) + 8);
+      Tensor group[3], separate[3];
+      size_t at = 0;
+      for (int i = 0; i < 3; ++i) {
+        at += back_to_back ? 0 : 2;  // a gap: the group must not run as one product
+        group[i] = all.slice(at, static_cast<size_t>(n) * outs[i]);
+        at += group[i].size();
+        separate[i] = poisoned(be, static_cast<size_t>(n) * outs[i]);
+        be.matmul(tx, n, in, plain[i], outs[i], separate[i]);
+      }
+      const Projection ps[] = {
+          {&fused[0], outs[0], &group[0]}, {&fused[1], outs[1], &group[1]}, {&fused[2], outs[2], &group[2]}};
+      be.matmul_group(tx, n, in, ps);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(down(be, group[i]), down(be, separate[i]))
+            << "projection " << i << ", n " << n << (back_to_back ? "" : ", with gaps");
+    }
+  }
+  Tensor mixed[2] = {be.upload(randn(rng, 64)), be.upload_bf16(std::vector<uint16_t>(64, 0), DType::kBF16)};
+  Tensor* bad[] = {&mixed[0], &mixed[1]};
+  EXPECT_THROW(be.fuse_weights(bad), std::invalid_argument);
+  EXPECT_EQ(mixed[0].size(), 64u);  // left as it was
+}
+
 // Rows the register-row norm kernels do not take (dim not a multiple of 4, or wider than they hold)
 // go through the scalar kernels, still equal to the CPU within ulps and fused equal to unfused.
 TEST(BackendOps, NormsOfOddAndWideRows) {

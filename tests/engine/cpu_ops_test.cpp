@@ -119,6 +119,56 @@ TEST(CpuOps, BackendBf16MatmulMatchesFp64ForFewAndManyRows) {
   }
 }
 
+// A slice is a view: it shares its parent's elements, owns none of them, and may not reach past the end.
+// The CPU backend fuses no weights, and its projection group equals one matmul per projection.
+TEST(CpuOps, SlicesViewTheirParentAndGroupsEqualSeparateMatmuls) {
+  auto rng = testing::rng_for_test();
+  std::normal_distribution<float> g;
+  model::ModelConfig cfg;
+  cfg.head_dim = 64;
+  cfg.num_attention_heads = 1;
+  const auto be = make_cpu_backend(cfg);
+  std::vector<float> host(10);
+  for (auto& v : host) v = g(rng);
+  const Tensor t = be->upload(host);
+  const Tensor s = t.slice(3, 4);
+  EXPECT_EQ(s.data(), t.data() + 3);
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(t.slice(10, 0).size(), 0u);
+  EXPECT_THROW((void)t.slice(7, 4), std::out_of_range);
+  EXPECT_THROW((void)t.slice(11, 0), std::out_of_range);
+  const int in = 72, outs[3] = {40, 8, 8};
+  for (int n : {1, 3}) {
+    std::vector<float> x(static_cast<size_t>(n) * in);
+    for (auto& v : x) v = g(rng);
+    const Tensor tx = be->upload(x);
+    Tensor ws[3], separate[3], group[3];
+    std::vector<float> poison(static_cast<size_t>(n) * 56);
+    testing::poison(poison);
+    Tensor all = be->upload(poison);
+    size_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<uint16_t> w(static_cast<size_t>(outs[i]) * in);
+      for (auto& v : w) v = codec::float_to_bf16(g(rng));
+      ws[i] = be->upload_bf16(w, DType::kBF16);
+      separate[i] = be->upload(std::vector<float>(static_cast<size_t>(n) * outs[i], 0.0f));
+      be->matmul(tx, n, in, ws[i], outs[i], separate[i]);
+      group[i] = all.slice(at, static_cast<size_t>(n) * outs[i]);
+      at += group[i].size();
+    }
+    Tensor* fuse[] = {&ws[0], &ws[1], &ws[2]};
+    EXPECT_EQ(be->fuse_weights(fuse).size(), 0u);
+    const Projection ps[] = {{&ws[0], outs[0], &group[0]}, {&ws[1], outs[1], &group[1]}, {&ws[2], outs[2], &group[2]}};
+    be->matmul_group(tx, n, in, ps);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> a(separate[i].size()), b(group[i].size());
+      be->to_host(separate[i], a);
+      be->to_host(group[i], b);
+      EXPECT_EQ(a, b) << "projection " << i << ", n " << n;
+    }
+  }
+}
+
 TEST(CpuOps, MatmulRefusesMismatchedShapes) {
   std::vector<float> x(6), w(6), y(4);
   EXPECT_THROW(matmul(x, 2, 3, w, 2, std::span<float>(y).first(3)), std::invalid_argument);

@@ -53,11 +53,20 @@ class Tensor {
   size_t size() const { return n_; }  // elements
   DType dtype() const { return dtype_; }
   size_t bytes() const { return n_ * dtype_bytes(dtype_); }
+  // Elements [first, first + n) as a tensor that does not own them: valid while this one lives.
+  Tensor slice(size_t first, size_t n) const;
 
  private:
   std::unique_ptr<void, std::function<void(void*)>> p_{nullptr, [](void*) {}};
   size_t n_ = 0;
   DType dtype_ = DType::kF32;
+};
+
+// One projection of a group that reads the same input: y[n][out] = x[n][in] w[out][in]^T.
+struct Projection {
+  const Tensor* w;
+  int out;
+  Tensor* y;
 };
 
 // Device memory as the driver reports it (bytes).
@@ -115,6 +124,15 @@ class Backend {
   // y[n][out] = x[n][in] w[out][in]^T; w kF32, or kBF16 where the backend has it (x is then rounded to
   // BF16 for the tensor cores and the products accumulate in fp32, as a BF16 model computes).
   virtual void matmul(const Tensor& x, int n, int in, const Tensor& w, int out, Tensor& y) = 0;
+  // Projections of one input (q, k, v; gate, up), equal bit for bit to one matmul each. A backend may
+  // run them as one product where it fused the weights (fuse_weights) and the outputs lie back to back.
+  virtual void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) {
+    for (const Projection& p : ps) matmul(x, n, in, *p.w, p.out, *p.y);
+  }
+  // Puts the weights (one dtype) back to back in one allocation, in order, and makes each a slice of it;
+  // returns the allocation, which must outlive the slices. A backend that gains nothing by it returns
+  // an empty tensor and leaves the weights as they are.
+  virtual Tensor fuse_weights(std::span<Tensor* const> /*ws*/) { return {}; }
   // In place over rows of length dim: x / sqrt(mean(x^2) + eps) * w (also QK-norm, per head).
   virtual void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) = 0;
   // In place: rotate-half RoPE of x[rows][heads][head_dim], each row at its sequence position.

@@ -18,9 +18,12 @@
 
 namespace minimakv::engine {
 
-// The weights of one decoder layer; tensors an architecture does not use stay empty.
+// The weights of one decoder layer; tensors an architecture does not use stay empty. Where the backend
+// fuses weights (Backend::fuse_weights), wq, wk, wv are slices of qkv_storage and gate, up of
+// gate_up_storage, which own them.
 struct DecoderLayer {
   backend::Tensor wq, wk, wv, wo, q_norm, k_norm, in_norm, post_norm, gate, up, down;
+  backend::Tensor qkv_storage, gate_up_storage;
 };
 
 // Where weights come from (a checkpoint, or dummy weights drawn on the device): a matrix in the
