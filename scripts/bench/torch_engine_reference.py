@@ -3,7 +3,8 @@
 
 - decode: the step's projection chain at batch 1 (q, k, v, o, gate, up, down per layer, then lm_head),
   cuBLAS GEMVs through torch.matmul, captured in a CUDA graph and replayed: the weight-streaming floor
-  of a decode step without attention;
+  of a decode step without attention; and the same chain with q, k, v and gate, up concatenated into
+  one matrix each (as vLLM's fused QKV and gate-up projections), which reads the same bytes;
 - copy: device-to-device copy bandwidth (bytes read + written per second), to price the step's KV read;
 - prefill: each projection's BF16 matmul at --tokens rows (median ms, TFLOP/s).
 Timed with CUDA events after warm-up; medians over --reps. Prints JSON lines.
@@ -78,6 +79,34 @@ def main():
     med, lo, hi = timed(graph.replay, a.reps)
     print(json.dumps({"what": "decode_chain_b1", "ms": med, "ms_min": lo, "ms_max": hi, "weight_bytes": weight_bytes,
                       "tb_per_s": weight_bytes / (med * 1e-3) / 1e12}), flush=True)
+    del graph
+
+    # The fused chain: each layer's q, k, v (and gate, up) as one matrix; the unfused copies are freed first.
+    for l in layers:
+        l["qkv"] = torch.cat([l.pop("q"), l.pop("k"), l.pop("v")])
+        l["gate_up"] = torch.cat([l.pop("gate"), l.pop("up")])
+    torch.cuda.empty_cache()
+
+    def chain_fused():
+        h = x
+        for l in layers:
+            qkv = h @ l["qkv"].T
+            o = qkv[:, :Q] @ l["o"].T
+            gu = o @ l["gate_up"].T
+            h = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]) @ l["down"].T
+        return h @ head.T
+
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            chain_fused()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain_fused()
+    med, lo, hi = timed(graph.replay, a.reps)
+    print(json.dumps({"what": "decode_chain_b1_fused", "ms": med, "ms_min": lo, "ms_max": hi,
+                      "weight_bytes": weight_bytes, "tb_per_s": weight_bytes / (med * 1e-3) / 1e12}), flush=True)
+    del graph
 
     src = torch.empty(1 << 30, device=dev, dtype=torch.uint8)
     dst = torch.empty_like(src)
@@ -89,8 +118,9 @@ def main():
     xn = {H: torch.randn(a.tokens, H, device=dev, dtype=bf), Q: torch.randn(a.tokens, Q, device=dev, dtype=bf),
           I: torch.randn(a.tokens, I, device=dev, dtype=bf)}
     l0 = layers[0]
-    for name, wt in [("q", l0["q"]), ("k", l0["k"]), ("v", l0["v"]), ("o", l0["o"]), ("gate", l0["gate"]),
-                     ("up", l0["up"]), ("down", l0["down"]), ("lm_head", head)]:
+    qkv, gate_up = l0["qkv"], l0["gate_up"]
+    for name, wt in [("q", qkv[:Q]), ("k", qkv[Q:Q + KV]), ("v", qkv[Q + KV:]), ("o", l0["o"]), ("gate", gate_up[:I]),
+                     ("up", gate_up[I:]), ("down", l0["down"]), ("lm_head", head)]:
         xi = xn[wt.shape[1]]
         med, lo, hi = timed(lambda: xi @ wt.T, max(5, a.reps // 2))
         flop = 2 * a.tokens * wt.shape[0] * wt.shape[1]

@@ -70,12 +70,15 @@ bool holds(const std::unique_ptr<cuda::DecodeWorkspace>& ws, const cuda::DecodeS
          entries <= ws->max_entries();
 }
 
-// The query, rotation signs and output of one layer's attention (decode or prefill).
-cuda::AttentionBuffers attend_buffers(const Tensor& q, const DevicePageStorage& dev, int layer, Tensor& out) {
+// The query, rotation signs and output (and its BF16 copy, if asked for) of one layer's attention
+// (decode or prefill).
+cuda::AttentionBuffers attend_buffers(const Tensor& q, const DevicePageStorage& dev, int layer, Tensor& out,
+                                      uint16_t* out_bf16) {
   cuda::AttentionBuffers io;
   io.q = q.data();
   io.signs = dev.signs(layer);
   io.out = out.data();
+  io.out_bf16 = out_bf16;
   return io;
 }
 
@@ -298,6 +301,20 @@ class CudaBackend final : public Backend {
     cuda_ops::norm_rope(x.data(), static_cast<int>(pos.size()), heads, head_dim_, w.data(), eps, d, inv_freq_.get(),
                         stream_->s);
   }
+  void norm_rope_qk(Tensor& q, int q_heads, const Tensor& wq, Tensor& k, int kv_heads, const Tensor& wk, int head_dim,
+                    float eps, std::span<const SeqRows> seqs) override {
+    const std::vector<uint32_t> pos = positions_of(seqs);
+    const size_t hd = static_cast<size_t>(head_dim_);
+    if (head_dim != head_dim_ || pos.size() * static_cast<size_t>(q_heads) * hd > q.size() ||
+        pos.size() * static_cast<size_t>(kv_heads) * hd > k.size() || wq.size() != hd || wk.size() != hd)
+      throw std::invalid_argument("norm_rope_qk: shape mismatch");
+    written(q);
+    written(k);
+    const uint32_t* d = device_positions(pos);
+    if (replaying()) return;
+    cuda_ops::norm_rope_qk(q.data(), q_heads, wq.data(), k.data(), kv_heads, wk.data(), static_cast<int>(pos.size()),
+                           head_dim_, eps, d, inv_freq_.get(), stream_->s);
+  }
   void add_rmsnorm(Tensor& x, const Tensor* y, Tensor& h, size_t rows, int dim, const Tensor& w, float eps) override {
     const size_t elems = rows * static_cast<size_t>(dim);
     if (elems > x.size() || h.size() != x.size() || (y && y->size() != x.size()) || w.size() != static_cast<size_t>(dim))
@@ -430,8 +447,12 @@ class CudaBackend final : public Backend {
                                       std::vector<size_t>& pages_seen);
 
   cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
+  // attention() without its BF16 output copy's bookkeeping; out_bf16: where the kernels write that copy.
+  void attend(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+              const Tensor& v, Tensor& out, uint16_t* out_bf16, int q_heads,
+              std::vector<std::vector<float>>* page_scores, float score_weight);
   void prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
-               int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
+               uint16_t* out_bf16, int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
   void record(const cuda::DecodeStats& st);
   // Points io's merged (m, l), per-page partials and page-score sum at device buffers: merged_rows
   // query rows, `partials` (m_p, l_p) floats, the pages of each sequence. Layer 0 starts a forward
@@ -547,7 +568,8 @@ void CudaBackend::record(const cuda::DecodeStats& st) {
 }
 
 void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
-                          int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight) {
+                          uint16_t* out_bf16, int q_heads, std::vector<std::vector<float>>* page_scores,
+                          float score_weight) {
   auto* dev = static_cast<DevicePageStorage*>(store.storage());
   const auto& sc = store.config();
   const uint32_t B = static_cast<uint32_t>(sc.tokens_per_page);
@@ -575,7 +597,7 @@ void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqR
   }
   phase.reset();
   phase.emplace(profile_, "att prefill launch");
-  auto io = attend_buffers(q, *dev, layer, out);
+  auto io = attend_buffers(q, *dev, layer, out, out_bf16);
   const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
   if (page_scores) {
     std::vector<size_t> pages;
@@ -646,10 +668,20 @@ const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int laye
 void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                             const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
                             std::vector<std::vector<float>>* page_scores, float score_weight) {
-  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
-  if (!dev)
+  if (!dynamic_cast<DevicePageStorage*>(store.storage()))
     throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
   written(out);
+  // With BF16 weights the output feeds the o projection's GEMM: the kernels that write it write its BF16
+  // copy too (allocated in every mode, so that a replayed step's arena hands out its graph's address).
+  Tensor ob = bf16_weights_ ? alloc((out.size() + 1) / 2) : Tensor();
+  attend(store, layer, seqs, q, k, v, out, static_cast<uint16_t*>(ob.raw()), q_heads, page_scores, score_weight);
+  if (bf16_weights_) hold_bf16_input(out, out.size(), std::move(ob));
+}
+
+void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+                         const Tensor& k, const Tensor& v, Tensor& out, uint16_t* out_bf16, int q_heads,
+                         std::vector<std::vector<float>>* page_scores, float score_weight) {
+  auto* dev = static_cast<DevicePageStorage*>(store.storage());
   const auto& sc = store.config();
   const auto views = dev->pool().views();
 
@@ -671,7 +703,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
 
   phase.reset();
   if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
-    prefill(store, layer, seqs, q, out, q_heads, page_scores, score_weight);
+    prefill(store, layer, seqs, q, out, out_bf16, q_heads, page_scores, score_weight);
     return;
   }
   // 2. Decode.
@@ -686,7 +718,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
     ws.stage(plan, views);
     phase.reset();  // the segment's graph launch below is timed as its own phase
     if (mode_ == Mode::kCapture)
-      ws.launch(views, attend_buffers(q, *dev, layer, out), stream_->s,
+      ws.launch(views, attend_buffers(q, *dev, layer, out, out_bf16), stream_->s,
                 cuda::DecodeWorkspace::LaunchSize::kCapacity);
     record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
@@ -703,7 +735,7 @@ void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const Se
   ws.stage(plan, views);
   phase.reset();
   phase.emplace(profile_, "att launch");
-  auto io = attend_buffers(q, *dev, layer, out);
+  auto io = attend_buffers(q, *dev, layer, out, out_bf16);
   const size_t qh = static_cast<size_t>(q_heads);
   if (page_scores) request_page_scores(io, plan.batch * qh, plan.entries.size() * qh, layer, pages_seen, score_weight);
   ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);

@@ -212,17 +212,27 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __res
 // Qwen3's QK-norm then RoPE, in place on one (row, head) vector per block: the norm as rmsnorm_kernel
 // over head_dim, the rotation as rope_kernel (same products, cosines in double), so the result is
 // bit-identical to the two kernels in sequence.
-__global__ void norm_rope_kernel(float* x, int heads, int head_dim, const float* w, float eps,
-                                 const uint32_t* positions, const float* inv_freq) {
+// Blocks [0, blocks_x) take x (heads per row, weight w); blocks from blocks_x on take x2 (heads2, w2),
+// when given: the q and k of one pass in one launch, each head computed as in its own launch.
+__global__ void norm_rope_kernel(float* x, int heads, const float* w, unsigned blocks_x, float* x2, int heads2,
+                                 const float* w2, int head_dim, float eps, const uint32_t* positions,
+                                 const float* inv_freq) {
+  unsigned b = blockIdx.x;
+  if (b >= blocks_x) {
+    b -= blocks_x;
+    x = x2;
+    heads = heads2;
+    w = w2;
+  }
   extern __shared__ float vec[];
-  float* v = x + static_cast<size_t>(blockIdx.x) * head_dim;
+  float* v = x + static_cast<size_t>(b) * head_dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += v[i] * v[i];
   const float inv = inverse_rms(ss, head_dim, eps);
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vec[i] = v[i] * inv * w[i];
   __syncthreads();
   const int half = head_dim / 2;
-  const int row = static_cast<int>(blockIdx.x / heads);
+  const int row = static_cast<int>(b / static_cast<unsigned>(heads));
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq[i]);
     const auto c = static_cast<float>(cos(static_cast<double>(angle)));
@@ -330,9 +340,19 @@ void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, floa
                const float* inv_freq, cudaStream_t s) {
   const auto blocks = static_cast<unsigned>(rows) * static_cast<unsigned>(heads);
   if (blocks == 0) return;
-  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(x, heads, head_dim, w, eps,
-                                                                                          positions, inv_freq);
+  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(
+      x, heads, w, blocks, nullptr, 0, nullptr, head_dim, eps, positions, inv_freq);
   cuda::check(cudaGetLastError(), "norm_rope");
+}
+
+void norm_rope_qk(float* q, int q_heads, const float* wq, float* k, int k_heads, const float* wk, int rows,
+                  int head_dim, float eps, const uint32_t* positions, const float* inv_freq, cudaStream_t s) {
+  const auto blocks_q = static_cast<unsigned>(rows) * static_cast<unsigned>(q_heads);
+  const auto blocks = blocks_q + static_cast<unsigned>(rows) * static_cast<unsigned>(k_heads);
+  if (blocks == 0) return;
+  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(
+      q, q_heads, wq, blocks_q, k, k_heads, wk, head_dim, eps, positions, inv_freq);
+  cuda::check(cudaGetLastError(), "norm_rope_qk");
 }
 
 void add(float* x, const float* y, size_t n, cudaStream_t s) {

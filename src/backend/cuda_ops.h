@@ -29,6 +29,10 @@ void add_rmsnorm(float* x, const float* y, float* h, uint16_t* h_bf16, size_t ro
 // rmsnorm then rope.
 void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, float eps, const uint32_t* positions,
                const float* inv_freq, cudaStream_t s);
+// norm_rope of q (q_heads, weight wq) and of k (k_heads, weight wk), rows at the same positions, in one
+// launch: bit-identical to two norm_rope calls.
+void norm_rope_qk(float* q, int q_heads, const float* wq, float* k, int k_heads, const float* wk, int rows,
+                  int head_dim, float eps, const uint32_t* positions, const float* inv_freq, cudaStream_t s);
 void add(float* x, const float* y, size_t n, cudaStream_t s);
 void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s);
 

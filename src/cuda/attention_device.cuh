@@ -33,6 +33,7 @@ struct AttendParams {
   float* part_m;
   float* part_l;
   float* out;
+  uint16_t* out_bf16;
   float* m;
   float* l;
   float* page_m;
@@ -55,6 +56,7 @@ inline void set_attend_params(AttendParams& p, const PoolViews& pools, const Dec
   p.part_m = part_m;
   p.part_l = part_l;
   p.out = io.out;
+  p.out_bf16 = io.out_bf16;
   p.m = io.m;
   p.l = io.l;
   p.page_m = io.page_m;
@@ -195,13 +197,15 @@ __device__ inline void rotate_query(const float* q, const float* signs, float* x
 // the head's rotation signs; x is D floats of shared memory. Thread 0 writes the merged (m, l) where asked.
 template <int D>
 __device__ inline void write_merged(float plain, float rot, float mm, float ll, const float* signs, float* x,
-                                    float* out, float* m_out, float* l_out) {
+                                    float* out, uint16_t* out_bf16, float* m_out, float* l_out) {
   const int i = threadIdx.x;
   if (i < D) x[i] = rot;
   block_fwht<D>(x);
   if (i >= D) return;
   const float back = (x[i] * codec::inv_sqrt_dim(D)) * signs[i];
-  out[i] = ll > 0.0f ? (plain + back) / ll : 0.0f;
+  const float o = ll > 0.0f ? (plain + back) / ll : 0.0f;
+  out[i] = o;
+  if (out_bf16) out_bf16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
   if (i == 0) {
     if (m_out) *m_out = mm;
     if (l_out) *l_out = ll;

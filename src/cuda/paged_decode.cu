@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(StepParams p) {
       sum_l += warp_l[w];
     }
   const size_t bh = static_cast<size_t>(b) * p.q_heads + hq;
-  write_merged<D>(sum_plain, sum_rot, mm, sum_l, p.signs + h * D, x, p.out + bh * D, p.m ? p.m + bh : nullptr,
-                  p.l ? p.l + bh : nullptr);
+  write_merged<D>(sum_plain, sum_rot, mm, sum_l, p.signs + h * D, x, p.out + bh * D,
+                  p.out_bf16 ? p.out_bf16 + bh * D : nullptr, p.m ? p.m + bh : nullptr, p.l ? p.l + bh : nullptr);
 }
 
 // One block per batch item: r_p = mean over query heads of each page's share / the head's total.

@@ -114,8 +114,8 @@ __global__ void prefill_merge_kernel(PrefillParams p) {
       plain += v;
   }
   const size_t rh = static_cast<size_t>(row) * p.q_heads + hq;
-  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + rh * D, p.m ? p.m + rh : nullptr,
-                  p.l ? p.l + rh : nullptr);
+  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + rh * D, p.out_bf16 ? p.out_bf16 + rh * D : nullptr,
+                  p.m ? p.m + rh : nullptr, p.l ? p.l + rh : nullptr);
 }
 
 // row_total[row][hq] = sum over the pages the row's position reaches of exp(m_p - m) l_p / l.

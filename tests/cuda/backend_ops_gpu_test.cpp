@@ -142,6 +142,15 @@ TEST(BackendOps, NormsRopeSwigluAndTheirFusionsMatch) {
         be.rope(q2, heads, seqs);
         out[d][1] = down(be, q1);
         EXPECT_EQ(out[d][1], down(be, q2)) << "norm_rope is not rmsnorm + rope on " << be.describe();
+        // norm_rope_qk against norm_rope of q, then of k (fewer heads, another weight)
+        const auto k = randn(rng, static_cast<size_t>(rows) * head_dim * 2, 3.0f);
+        const auto wk = randn(rng, static_cast<size_t>(head_dim));
+        const Tensor twk = be.upload(wk);
+        Tensor q3 = be.upload(x), k3 = be.upload(k), k4 = be.upload(k);
+        be.norm_rope_qk(q3, heads, twh, k3, 2, twk, head_dim, 1e-6f, seqs);
+        be.norm_rope(k4, 2, head_dim, twk, 1e-6f, seqs);
+        EXPECT_EQ(down(be, q3), out[d][1]) << "norm_rope_qk's q on " << be.describe();
+        EXPECT_EQ(down(be, k3), down(be, k4)) << "norm_rope_qk's k on " << be.describe();
         // swiglu
         Tensor g = be.upload(x), u = be.upload(y), a = poisoned(be, x.size());
         be.swiglu(g, u, a);

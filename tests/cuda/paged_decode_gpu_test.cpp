@@ -44,15 +44,18 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   const std::vector<float> acc0(plan.entries.size(), 0.25f);
   cuda::DeviceArray<float> dacc(acc0.size());
   cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
+  cuda::DeviceArray<uint16_t> dout_bf16(q.size());
+  cuda::check(cudaMemset(dout_bf16.get(), 0xff, dout_bf16.bytes()), "poison");
   cuda::AttentionBuffers io{dq.get(),
-                         signs.get(),
-                         dout.get(),
-                         dm.get(),
-                         dl.get(),
-                         scores ? dpm.get() : nullptr,
-                         scores ? dpl.get() : nullptr,
-                         scores ? dacc.get() : nullptr,
-                         0.5f};
+                            signs.get(),
+                            dout.get(),
+                            dm.get(),
+                            dl.get(),
+                            scores ? dpm.get() : nullptr,
+                            scores ? dpl.get() : nullptr,
+                            scores ? dacc.get() : nullptr,
+                            0.5f,
+                            dout_bf16.get()};
   ws.launch(s.pool->views(), io, nullptr,
             scores ? cuda::DecodeWorkspace::LaunchSize::kStaged : cuda::DecodeWorkspace::LaunchSize::kCapacity);
   cuda::check(cudaDeviceSynchronize(), "decode");
@@ -64,6 +67,12 @@ CaseResult run_case(std::mt19937_64& rng, const GpuPageSet& s, int q_heads, int 
   cuda::check(cudaMemcpy(pl.data(), dpl.get(), dpl.bytes(), cudaMemcpyDeviceToHost), "page l");
   std::vector<float> acc(acc0.size());
   cuda::check(cudaMemcpy(acc.data(), dacc.get(), dacc.bytes(), cudaMemcpyDeviceToHost), "acc");
+  // The output's BF16 copy is the output rounded to nearest even, element for element.
+  std::vector<uint16_t> out_bf16(q.size());
+  cuda::check(cudaMemcpy(out_bf16.data(), dout_bf16.get(), dout_bf16.bytes(), cudaMemcpyDeviceToHost), "out bf16");
+  size_t bf16_mismatches = 0;
+  for (size_t i = 0; i < out.size(); ++i) bf16_mismatches += out_bf16[i] != codec::float_to_bf16(out[i]);
+  EXPECT_EQ(bf16_mismatches, 0u) << "elements whose BF16 copy is not the output rounded to nearest even";
   size_t acc_at = 0;  // item b's pages start after the pages of the items before it
 
   CaseResult r;

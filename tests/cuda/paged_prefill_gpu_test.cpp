@@ -64,15 +64,18 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   const std::vector<float> acc0(static_cast<size_t>(score_pages), 0.25f);
   cuda::DeviceArray<float> dacc(acc0.size());
   cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
+  cuda::DeviceArray<uint16_t> dout_bf16(q.size());
+  cuda::check(cudaMemset(dout_bf16.get(), 0xff, dout_bf16.bytes()), "poison");
   cuda::AttentionBuffers io{dq.get(),
-                          signs.get(),
-                          dout.get(),
-                          dm.get(),
-                          dl.get(),
-                          scores ? dpm.get() : nullptr,
-                          scores ? dpl.get() : nullptr,
-                          scores ? dacc.get() : nullptr,
-                          0.5f};
+                            signs.get(),
+                            dout.get(),
+                            dm.get(),
+                            dl.get(),
+                            scores ? dpm.get() : nullptr,
+                            scores ? dpl.get() : nullptr,
+                            scores ? dacc.get() : nullptr,
+                            0.5f,
+                            dout_bf16.get()};
   cuda::PrefillWorkspace ws(shape, kernel);
   ws.run(plan, s.pool->views(), io, nullptr);
   cuda::check(cudaDeviceSynchronize(), "prefill");
@@ -84,6 +87,12 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   cuda::check(cudaMemcpy(pl.data(), dpl.get(), dpl.bytes(), cudaMemcpyDeviceToHost), "page l");
   std::vector<float> acc(acc0.size());
   cuda::check(cudaMemcpy(acc.data(), dacc.get(), dacc.bytes(), cudaMemcpyDeviceToHost), "acc");
+  // The output's BF16 copy is the output rounded to nearest even, element for element.
+  std::vector<uint16_t> out_bf16(q.size());
+  cuda::check(cudaMemcpy(out_bf16.data(), dout_bf16.get(), dout_bf16.bytes(), cudaMemcpyDeviceToHost), "out bf16");
+  size_t bf16_mismatches = 0;
+  for (size_t i = 0; i < out.size(); ++i) bf16_mismatches += out_bf16[i] != codec::float_to_bf16(out[i]);
+  EXPECT_EQ(bf16_mismatches, 0u) << "elements whose BF16 copy is not the output rounded to nearest even";
 
   PrefillResult r;
   for (size_t b = 0; b < s.seqs.size(); ++b) {

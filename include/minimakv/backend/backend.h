@@ -155,6 +155,13 @@ class Backend {
     rmsnorm(x, rows * static_cast<size_t>(heads), head_dim, w, eps);
     rope(x, heads, seqs);
   }
+  // norm_rope of q (q_heads, weight wq) and then of k (kv_heads, weight wk) at the same rows: Qwen3's
+  // QK-norm and RoPE of one layer.
+  virtual void norm_rope_qk(Tensor& q, int q_heads, const Tensor& wq, Tensor& k, int kv_heads, const Tensor& wk,
+                            int head_dim, float eps, std::span<const SeqRows> seqs) {
+    norm_rope(q, q_heads, head_dim, wq, eps, seqs);
+    norm_rope(k, kv_heads, head_dim, wk, eps, seqs);
+  }
   // out[i][:] = x[rows[i]][:] for rows of length dim.
   virtual void gather_rows(const Tensor& x, int dim, std::span<const int> rows, Tensor& out) = 0;
 

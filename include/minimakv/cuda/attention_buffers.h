@@ -7,6 +7,8 @@
 // m, l, page_m and page_l.
 #pragma once
 
+#include <cstdint>
+
 namespace minimakv::cuda {
 
 struct AttentionBuffers {
@@ -27,6 +29,9 @@ struct AttentionBuffers {
   // a fixed order.
   float* score_acc = nullptr;
   float score_weight = 1.0f;
+  // Optional BF16 copy of out (rounded to nearest even) for the BF16 GEMM that reads it next:
+  // [rows][q_heads][head_dim].
+  uint16_t* out_bf16 = nullptr;
 };
 
 }  // namespace minimakv::cuda

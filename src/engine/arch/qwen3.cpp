@@ -20,8 +20,8 @@ class Qwen3 final : public Architecture {
                         backend::Tensor& k, std::span<const backend::SeqRows> seqs) const override {
     const auto eps = static_cast<float>(c.rms_norm_eps);
     const int D = static_cast<int>(c.head_dim);
-    be.norm_rope(q, static_cast<int>(c.num_attention_heads), D, L.q_norm, eps, seqs);
-    be.norm_rope(k, static_cast<int>(c.num_key_value_heads), D, L.k_norm, eps, seqs);
+    be.norm_rope_qk(q, static_cast<int>(c.num_attention_heads), L.q_norm, k, static_cast<int>(c.num_key_value_heads),
+                    L.k_norm, D, eps, seqs);
   }
 };
 
