@@ -14,6 +14,8 @@
 //   4. with page scores, the kernels turn their per-page (m_p, l_p) into page scores on the device (the
 //      formula of attention::page_scores) and sum them over the layers of the forward pass, which
 //      collects them once, after its last layer (collect_page_scores).
+// This file holds the operators, the GEMMs and the step graphs' state machine; the plans, workspaces,
+// page scores and statistics of 2-4 are CudaPagedAttention's (cuda_paged_attention.h).
 // Decode steps (one row per sequence, no page scores) run from CUDA graphs: the first step of a shape
 // runs eagerly and measures the tensors it allocates, the next is captured, and later steps of the same
 // shape only run the host bookkeeping (slots, pins, plans, inputs written into pinned memory) and replay
@@ -35,6 +37,7 @@
 #include "cuda_gemv.h"
 #include "cuda_ops.h"
 #include "cuda_page_storage.h"
+#include "cuda_paged_attention.h"
 #include "cuda_step_graph.h"
 #include "cuda_stream.h"
 #include "minimakv/attention/paged_attention.h"
@@ -55,19 +58,6 @@ using cuda::check;
 
 void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw cuda::CudaError(std::string(what) + ": cuBLAS status " + std::to_string(s));
-}
-
-// Whether two shapes give the same workspace layout (the softmax scale is not part of it).
-bool same_geometry(const cuda::DecodeShape& a, const cuda::DecodeShape& b) {
-  return a.q_heads == b.q_heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim &&
-         a.tokens_per_page == b.tokens_per_page;
-}
-
-// Whether `ws` exists for this shape and holds a plan of these sizes.
-bool holds(const std::unique_ptr<cuda::DecodeWorkspace>& ws, const cuda::DecodeShape& shape, int batch, int splits,
-           int entries) {
-  return ws && same_geometry(ws->shape(), shape) && batch <= ws->max_batch() && splits <= ws->max_splits() &&
-         entries <= ws->max_entries();
 }
 
 // The query, rotation signs and output (and its BF16 copy, if asked for) of one layer's attention
@@ -101,19 +91,19 @@ class CudaBackend final : public Backend {
     q_heads_ = static_cast<int>(cfg.num_attention_heads);
     const char* g = std::getenv("MINIMAKV_CUDA_GRAPHS");
     graphs_on_ = !(g && std::string_view(g) == "0");
+    // MINIMAKV_CUDA_GEMV=0: one-row products through cuBLAS as well (the A/B of docs/benchmarks.md).
+    const char* gv = std::getenv("MINIMAKV_CUDA_GEMV");
+    gemv_on_ = !(gv && std::string_view(gv) == "0");
     const Rope rope(cfg);
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
     head_dim_ = static_cast<int>(cfg.head_dim);
-    for (auto& e : plan_consumed_) {
-      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      check(cudaEventRecord(e, stream_->s), "cudaEventRecord");
-    }
+    paged_ = std::make_unique<CudaPagedAttention>(stream_, profile_);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_->s);
     segments_.clear();
-    for (auto& e : plan_consumed_) cudaEventDestroy(e);
+    paged_.reset();
     cublasDestroy(blas_);
   }
 
@@ -215,7 +205,7 @@ class CudaBackend final : public Backend {
       const HostProfile::Scope sc(profile_, "gemm enqueue");
       if (!reuse) cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
       // One row (batch-1 decode): our GEMV (one launch, no split-K reduction; see cuda_gemv.h).
-      if (cuda_gemv::gemv_applies(n, in, bf16_x_.data(), w.raw())) {
+      if (gemv_on_ && cuda_gemv::gemv_applies(n, in, bf16_x_.data(), w.raw())) {
         cuda_gemv::gemv_bf16(reinterpret_cast<const uint16_t*>(bf16_x_.data()), in,
                              static_cast<const uint16_t*>(w.raw()), out, y.data(), stream_->s);
         return;
@@ -383,7 +373,7 @@ class CudaBackend final : public Backend {
                  const Tensor& v, Tensor& out, int q_heads,
                  std::vector<std::vector<float>>* page_scores, float score_weight) override;
 
-  AttentionStats attention_stats() const override { return stats_; }
+  AttentionStats attention_stats() const override { return paged_->stats(); }
 
   void begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) override;
   void end_forward(bool completed) override;
@@ -442,24 +432,13 @@ class CudaBackend final : public Backend {
     if (mode_ == Mode::kCapture) in.upload(at, host.size(), stream_->s);
     return d;
   }
-  const cuda::DecodePlan& decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, int q_heads,
-                                      bool page_scores, std::vector<cache::PinnedSequence>& pins,
-                                      std::vector<size_t>& pages_seen);
-
-  cuda::DecodeWorkspace& workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan);
   // attention() without its BF16 output copy's bookkeeping; out_bf16: where the kernels write that copy.
   void attend(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
               const Tensor& v, Tensor& out, uint16_t* out_bf16, int q_heads,
               std::vector<std::vector<float>>* page_scores, float score_weight);
-  void prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
-               uint16_t* out_bf16, int q_heads, std::vector<std::vector<float>>* page_scores, float score_weight);
-  void record(const cuda::DecodeStats& st);
-  // Points io's merged (m, l), per-page partials and page-score sum at device buffers: merged_rows
-  // query rows, `partials` (m_p, l_p) floats, the pages of each sequence. Layer 0 starts a forward
-  // pass's sums at zero; later layers must cover the same pages.
-  void request_page_scores(cuda::AttentionBuffers& io, size_t merged_rows, size_t partials, int layer,
-                           const std::vector<size_t>& pages, float weight);
-  void collect_page_scores(std::vector<std::vector<float>>& page_scores) override;
+  void collect_page_scores(std::vector<std::vector<float>>& page_scores) override {
+    paged_->collect_page_scores(page_scores);
+  }
 
   const void* bf16_src_ = nullptr;  // the fp32 tensor bf16_x_ holds a BF16 copy of, if any
   size_t bf16_elems_ = 0;
@@ -475,32 +454,10 @@ class CudaBackend final : public Backend {
   DeviceScratch<uint32_t> positions_;
   std::vector<uint32_t> last_positions_;  // what positions_ holds
   DeviceScratch<cuda::AppendSlot> slots_;
-  DeviceScratch<float> merged_m_, merged_l_, page_m_, page_l_;
-  // Two workspaces used in turn, so the host plans layer l + 1 while layer l's plan is still being
-  // copied to the device; plan_consumed_[i] marks when workspace i's staged plan has been copied.
-  std::array<std::unique_ptr<cuda::DecodeWorkspace>, 2> ws_;
-  std::array<cudaEvent_t, 2> plan_consumed_{};
-  int turn_ = 0;
-  AttentionStats stats_;
-  // The last plan built, and what it was built for.
-  struct PlanKey {
-    struct Rows {
-      cache::SeqId seq;
-      uint32_t first;
-      int n;
-      bool operator==(const Rows&) const = default;
-    };
-    std::vector<Rows> rows;
-    std::vector<cache::PageFormat> formats;  // of every page the rows see, sequence by sequence
-    bool granular = false;
-    int q_heads = 0, kv_heads = 0, head_dim = 0, tokens_per_page = 0;
-    bool operator==(const PlanKey&) const = default;
-  };
-  PlanKey plan_key_;
-  cuda::DecodePlan plan_;
-  std::unique_ptr<cuda::PrefillWorkspace> prefill_ws_;
+  std::unique_ptr<CudaPagedAttention> paged_;  // plans, workspaces, page scores, stats
   // Graphs of decode steps.
   bool graphs_on_ = true;
+  bool gemv_on_ = true;  // one-row BF16 products through our GEMV (cuda_gemv.h)
   int q_heads_ = 0;
   cuda::DeviceArray<uint8_t> blas_ws_;
   Mode mode_ = Mode::kEager;
@@ -511,159 +468,11 @@ class CudaBackend final : public Backend {
   StepInput<int32_t> step_ids_, step_rows_;
   StepInput<uint32_t> step_positions_;
   StepInput<cuda::AppendSlot> step_slots_;  // [layer][row]
-  std::vector<std::unique_ptr<cuda::DecodeWorkspace>> layer_ws_;
   std::vector<StepGraph> segments_;  // [layer] up to its attention, then the rest of the pass
   size_t segment_ = 0;               // the one being captured or replayed
   bool graph_ready_ = false;         // segments_ hold a complete step for graph_key_ at graph_epoch_
   ForwardStats forward_stats_;
-  cuda::DecodeShape prefill_shape_;
-  // Page scores of the forward pass in flight, summed over its layers on the device: score_pages_[i]
-  // pages of sequence i, sequence after sequence.
-  DeviceScratch<float> score_acc_;
-  std::vector<size_t> score_pages_;
 };
-
-void CudaBackend::request_page_scores(cuda::AttentionBuffers& io, size_t merged_rows, size_t partials, int layer,
-                                      const std::vector<size_t>& pages, float weight) {
-  io.m = merged_m_.reserve(merged_rows);
-  io.l = merged_l_.reserve(merged_rows);
-  io.page_m = page_m_.reserve(partials);
-  io.page_l = page_l_.reserve(partials);
-  size_t total = 0;
-  for (size_t n : pages) total += n;
-  if (layer == 0) {  // a forward pass starts: zero the sums
-    score_pages_ = pages;
-    check(cudaMemsetAsync(score_acc_.reserve(total), 0, total * sizeof(float), stream_->s), "score sums");
-  } else if (pages != score_pages_) {
-    throw std::logic_error("attention: page scores of one forward pass must cover the same pages in every layer");
-  }
-  io.score_acc = score_acc_.reserve(total);
-  io.score_weight = weight;
-}
-
-void CudaBackend::collect_page_scores(std::vector<std::vector<float>>& page_scores) {
-  if (score_pages_.size() != page_scores.size())
-    throw std::logic_error("collect_page_scores: no page scores of this forward pass on the device");
-  size_t total = 0;
-  for (size_t n : score_pages_) total += n;
-  std::vector<float> sums(total);
-  check(cudaMemcpyAsync(sums.data(), score_acc_.reserve(total), total * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_->s),
-        "score sums");
-  check(cudaStreamSynchronize(stream_->s), "score sums");
-  size_t at = 0;
-  for (size_t i = 0; i < score_pages_.size(); ++i) {
-    add_page_scores(page_scores[i], std::span<const float>(sums).subspan(at, score_pages_[i]), 1.0f);
-    at += score_pages_[i];
-  }
-  score_pages_.clear();
-}
-
-void CudaBackend::record(const cuda::DecodeStats& st) {
-  ++stats_.calls;
-  ++stats_.routes[st.route];
-  for (int f = 0; f < codec::kNumPageFormats; ++f) stats_.bytes_read[f] += st.bytes_read[f];
-  stats_.dense_shadow_bytes += st.dense_shadow_bytes;
-  stats_.fallbacks += st.fallbacks;
-}
-
-void CudaBackend::prefill(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, Tensor& out,
-                          uint16_t* out_bf16, int q_heads, std::vector<std::vector<float>>* page_scores,
-                          float score_weight) {
-  auto* dev = static_cast<DevicePageStorage*>(store.storage());
-  const auto& sc = store.config();
-  const uint32_t B = static_cast<uint32_t>(sc.tokens_per_page);
-  std::optional<HostProfile::Scope> phase;
-  phase.emplace(profile_, "att prefill plan");
-  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
-  std::vector<cuda::PrefillSeq> ps;
-  for (const SeqRows& s : seqs) {
-    pins.push_back(store.pin(s.seq, layer));
-    const auto& rows = pins.back().rows();
-    const uint32_t last = s.first + static_cast<uint32_t>(s.n) - 1;
-    cuda::PrefillSeq p{s.row, s.n, s.first, {}};
-    for (uint32_t pg = 0; pg <= last / B; ++pg) {
-      const cache::PageEntry e = rows.at(pg, layer);
-      p.pages.push_back({e.format, e.id, pg == last / B ? last % B + 1 : B});
-    }
-    ps.push_back(std::move(p));
-  }
-  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
-  const auto plan = cuda::make_prefill_plan(ps, shape);
-  if (!prefill_ws_ || !same_geometry(prefill_shape_, shape)) {
-    check(cudaStreamSynchronize(stream_->s), "prefill workspace");  // the old one may still be read
-    prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(shape);
-    prefill_shape_ = shape;
-  }
-  phase.reset();
-  phase.emplace(profile_, "att prefill launch");
-  auto io = attend_buffers(q, *dev, layer, out, out_bf16);
-  const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);
-  if (page_scores) {
-    std::vector<size_t> pages;
-    for (const auto& rec : plan.seqs) pages.push_back(static_cast<size_t>(rec.pages));
-    request_page_scores(io, rows * qh, static_cast<size_t>(plan.stats_size), layer, pages, score_weight);
-  }
-  record(prefill_ws_->run(plan, dev->pool().views(), io, stream_->s));
-}
-
-cuda::DecodeWorkspace& CudaBackend::workspace(int turn, const cuda::DecodeShape& shape, const cuda::DecodePlan& plan) {
-  auto& ws = ws_[turn];
-  const int splits = static_cast<int>(plan.splits.size()), entries = static_cast<int>(plan.entries.size());
-  if (holds(ws, shape, plan.batch, splits, entries)) return *ws;
-  const bool same_shape = ws && same_geometry(ws->shape(), shape);
-  // The old workspace may still be read by queued kernels.
-  check(cudaStreamSynchronize(stream_->s), "workspace resize");
-  auto grow = [&](int need, int have) { return std::max({need, same_shape ? have * 2 : 0, 64}); };
-  ws = std::make_unique<cuda::DecodeWorkspace>(shape, grow(plan.batch, ws ? ws->max_batch() : 0),
-                                               grow(splits, ws ? ws->max_splits() : 0),
-                                               grow(entries, ws ? ws->max_entries() : 0));
-  check(cudaDeviceSynchronize(), "workspace init");  // its buffers were cleared on the legacy stream
-  return *ws;
-}
-
-const cuda::DecodePlan& CudaBackend::decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs,
-                                                 int q_heads, bool page_scores,
-                                                 std::vector<cache::PinnedSequence>& pins,
-                                                 std::vector<size_t>& pages_seen) {
-  // One plan item per sequence's row, over the pages its position may see. The layers of one forward
-  // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
-  // plan is built once and later layers only patch in their page ids.
-  const auto& sc = store.config();
-  const int B = sc.tokens_per_page;
-  std::optional<HostProfile::Scope> phase;
-  phase.emplace(profile_, "att pin");
-  PlanKey key{{}, {}, page_scores, q_heads, sc.kv_heads, sc.head_dim, B};
-  for (const SeqRows& s : seqs) {
-    pins.push_back(store.pin(s.seq, layer));
-    key.rows.push_back({s.seq, s.first, s.n});
-    const auto& rows = pins.back().rows();
-    pages_seen.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
-    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows.at(p, layer).format);
-  }
-  phase.reset();
-  phase.emplace(profile_, "att plan");
-  if (!(key == plan_key_)) {
-    // One plan item per sequence (item i is seqs[i]): its row sees the pages up to its position.
-    std::vector<std::vector<cuda::PageRef>> items;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const auto& rows = pins[i].rows();
-      const size_t pos = seqs[i].first, npages = pos / B + 1;
-      std::vector<cuda::PageRef> refs(npages);
-      for (size_t p = 0; p < npages; ++p) {
-        const cache::PageEntry e = rows.at(p, layer);
-        refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
-      }
-      items.push_back(std::move(refs));
-    }
-    const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, B, 0.0f};
-    plan_ = cuda::make_decode_plan(items, shape, 0, page_scores);
-    plan_key_ = std::move(key);
-  } else {
-    for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows().at(e.logical, layer).id;
-  }
-  return plan_;
-}
 
 void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                             const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
@@ -703,16 +512,18 @@ void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRo
 
   phase.reset();
   if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
-    prefill(store, layer, seqs, q, out, out_bf16, q_heads, page_scores, score_weight);
+    paged_->prefill(store, *dev, layer, seqs, attend_buffers(q, *dev, layer, out, out_bf16), q_heads, page_scores,
+                    score_weight);
     return;
   }
   // 2. Decode.
   std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
   std::vector<size_t> pages_seen;           // per sequence: the pages its last row sees
-  const cuda::DecodePlan& plan = decode_plan(store, layer, seqs, q_heads, page_scores != nullptr, pins, pages_seen);
+  const cuda::DecodePlan& plan =
+      paged_->decode_plan(store, layer, seqs, q_heads, page_scores != nullptr, pins, pages_seen);
   if (on_graph()) {
     // Each layer stages into its own workspace: the graph copies every layer's plan when it runs.
-    cuda::DecodeWorkspace& ws = *layer_ws_.at(static_cast<size_t>(layer));
+    cuda::DecodeWorkspace& ws = paged_->step_workspace(layer);
     if (ws.shape().q_heads != q_heads) throw std::logic_error("attention: a captured step changed its head count");
     phase.emplace(profile_, "att stage");
     ws.stage(plan, views);
@@ -720,29 +531,13 @@ void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRo
     if (mode_ == Mode::kCapture)
       ws.launch(views, attend_buffers(q, *dev, layer, out, out_bf16), stream_->s,
                 cuda::DecodeWorkspace::LaunchSize::kCapacity);
-    record(ws.stats());
+    paged_->record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
     return;
   }
-  const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
-  phase.emplace(profile_, "att wait");
-  turn_ ^= 1;
-  // stage() rewrites the pinned plan buffer, which the launch before last copied from asynchronously.
-  check(cudaEventSynchronize(plan_consumed_[turn_]), "cudaEventSynchronize");
-  cuda::DecodeWorkspace& ws = workspace(turn_, shape, plan);
-  phase.reset();
-  phase.emplace(profile_, "att stage");
-  ws.stage(plan, views);
-  phase.reset();
-  phase.emplace(profile_, "att launch");
-  auto io = attend_buffers(q, *dev, layer, out, out_bf16);
-  const size_t qh = static_cast<size_t>(q_heads);
-  if (page_scores) request_page_scores(io, plan.batch * qh, plan.entries.size() * qh, layer, pages_seen, score_weight);
-  ws.launch(views, io, stream_->s, cuda::DecodeWorkspace::LaunchSize::kStaged);
-  check(cudaEventRecord(plan_consumed_[turn_], stream_->s), "cudaEventRecord");
+  paged_->decode(views, sc, layer, plan, attend_buffers(q, *dev, layer, out, out_bf16), q_heads, pages_seen,
+                 page_scores != nullptr, score_weight);
   pins.clear();
-  phase.reset();
-  record(ws.stats());
 }
 
 void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) {
@@ -774,15 +569,7 @@ void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> 
     entries += static_cast<int>(s.first / static_cast<uint32_t>(sc.tokens_per_page)) + 1;
   }
   const int splits = cuda::decode_split_bound(tokens, shape);
-  if (layer_ws_.size() != layers) layer_ws_.resize(layers);
-  for (auto& ws : layer_ws_) {
-    if (holds(ws, shape, static_cast<int>(n), splits, entries)) continue;
-    // Room for the sequences to grow by a quarter before the next capture.
-    check(cudaStreamSynchronize(stream_->s), "begin_forward");  // the old one may still be read
-    ws = std::make_unique<cuda::DecodeWorkspace>(shape, static_cast<int>(n), splits + splits / 4 + 8,
-                                                 entries + entries / 4 + 8);
-    grew = true;
-  }
+  grew |= paged_->size_step_workspaces(shape, layers, static_cast<int>(n), splits, entries);
   if (grew) {
     check(cudaDeviceSynchronize(), "begin_forward");  // new buffers were cleared on the legacy stream
     ++epoch_;
