@@ -129,7 +129,7 @@ constexpr int kMmaCols = 8;  // query heads per MMA tile: every supported GQA gr
 //   independent chains of fragment building and MMAs for the scheduler to interleave) instead of one
 //   tile's QK, softmax and PV in sequence; its ring then holds one slot more. With page scores the
 //   sequential loop runs either way (a tile's page statistics end an entry block-wide). A lab
-//   challenger that lost on an H200: TQ3 within 1-2% of sequential at head_dim 128 and 18% slower at
+//   challenger that lost on an H200: TQ3 1-2% slower than sequential at head_dim 128 and 18% slower at
 //   256 (spills); BF16 within 3% either way; FP8 9% slower at batch 32 and 33% on the canary
 //   (docs/benchmarks.md).
 // A lab variant build (scripts/bench/decode-lab.sh) overrides any of these, per format index f and for
