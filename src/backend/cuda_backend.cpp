@@ -227,7 +227,12 @@ class CudaBackend final : public Backend {
   // identical; the small projections (k, v) no longer run on a fraction of the SMs.
   void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) override {
     size_t total = 0;
-    bool fused = n == 1 && !ps.empty();
+    // Only where the product then runs through our GEMV (rows of in % 8 == 0, 16-byte aligned: the BF16
+    // copy of x always is), whose rows do not depend on how many there are; cuBLAS may pick another
+    // kernel for the wider shape. With MINIMAKV_CUDA_GEMV=0 (an A/B of the two) cuBLAS takes the fused
+    // shape, and its rounding may then differ from separate products.
+    bool fused =
+        n == 1 && !ps.empty() && (!gemv_on_ || (in % 8 == 0 && reinterpret_cast<uintptr_t>(ps[0].w->raw()) % 16 == 0));
     for (size_t i = 0; fused && i < ps.size(); ++i) {
       const Projection& p = ps[i];
       fused = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
