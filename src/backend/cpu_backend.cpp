@@ -102,6 +102,41 @@ class CpuBackend final : public Backend {
                              std::min(static_cast<size_t>(out), (t + 1) * kRowsPerTask), out, y.data());
     });
   }
+  // One row through fused BF16 weights: one GEMV over the concatenated matrix, one dispatch to the
+  // threads where there were three (q, k, v) or two (gate, up). Each output row is the same sum as in
+  // its own GEMV (the threads split output rows), so the result is identical.
+  void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) override {
+    size_t total = 0;
+    bool fused = n == 1 && !ps.empty();
+    for (size_t i = 0; fused && i < ps.size(); ++i) {
+      const Projection& p = ps[i];
+      fused = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
+              p.y->size() == static_cast<size_t>(p.out) &&
+              (i == 0 || (p.w->raw() == static_cast<uint8_t*>(ps[i - 1].w->raw()) + ps[i - 1].w->bytes() &&
+                          p.y->data() == ps[i - 1].y->data() + ps[i - 1].out));
+      total += static_cast<size_t>(p.out);
+    }
+    if (!fused) return Backend::matmul_group(x, n, in, ps);
+    const Tensor w(ps[0].w->raw(), total * in, DType::kBF16, [](void*) {});
+    Tensor y(ps[0].y->data(), total, [](float*) {});
+    matmul(x, n, in, w, static_cast<int>(total), y);
+  }
+  // BF16 weights only (the GEMV above); fp32 weights go through SGEMM one projection at a time.
+  Tensor fuse_weights(std::span<Tensor* const> ws) override {
+    if (ws.empty() || std::any_of(ws.begin(), ws.end(), [](const Tensor* w) { return w->dtype() != DType::kBF16; }))
+      return {};
+    size_t total = 0;
+    for (const Tensor* w : ws) total += w->size();
+    Tensor all = alloc_bf16(total);
+    size_t at = 0;
+    for (Tensor* w : ws) {
+      const size_t n = w->size();
+      std::copy_n(static_cast<const uint16_t*>(w->raw()), n, static_cast<uint16_t*>(all.raw()) + at);
+      *w = all.slice(at, n);
+      at += n;
+    }
+    return all;
+  }
   void rmsnorm(Tensor& x, size_t rows, int dim, const Tensor& w, float eps) override {
     backend::rmsnorm(all(x).first(rows * static_cast<size_t>(dim)), dim, all(w), eps);
   }

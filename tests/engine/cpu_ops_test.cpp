@@ -120,7 +120,9 @@ TEST(CpuOps, BackendBf16MatmulMatchesFp64ForFewAndManyRows) {
 }
 
 // A slice is a view: it shares its parent's elements, owns none of them, and may not reach past the end.
-// The CPU backend fuses no weights, and its projection group equals one matmul per projection.
+// Fused BF16 weights are slices of one allocation, in order, and a projection group equals one matmul per
+// projection bit for bit, fused (one row, outputs back to back) or not (more rows; fp32 weights, which
+// the CPU does not fuse).
 TEST(CpuOps, SlicesViewTheirParentAndGroupsEqualSeparateMatmuls) {
   auto rng = testing::rng_for_test();
   std::normal_distribution<float> g;
@@ -157,7 +159,10 @@ TEST(CpuOps, SlicesViewTheirParentAndGroupsEqualSeparateMatmuls) {
       at += group[i].size();
     }
     Tensor* fuse[] = {&ws[0], &ws[1], &ws[2]};
-    EXPECT_EQ(be->fuse_weights(fuse).size(), 0u);
+    const Tensor storage = be->fuse_weights(fuse);
+    ASSERT_EQ(storage.size(), static_cast<size_t>(in) * 56);
+    EXPECT_EQ(ws[0].raw(), storage.raw());
+    EXPECT_EQ(static_cast<uint16_t*>(ws[2].raw()), static_cast<uint16_t*>(storage.raw()) + in * 48);
     const Projection ps[] = {{&ws[0], outs[0], &group[0]}, {&ws[1], outs[1], &group[1]}, {&ws[2], outs[2], &group[2]}};
     be->matmul_group(tx, n, in, ps);
     for (int i = 0; i < 3; ++i) {
@@ -167,6 +172,10 @@ TEST(CpuOps, SlicesViewTheirParentAndGroupsEqualSeparateMatmuls) {
       EXPECT_EQ(a, b) << "projection " << i << ", n " << n;
     }
   }
+  Tensor wide[2] = {be->upload(std::vector<float>(16, 1.0f)), be->upload(std::vector<float>(16, 2.0f))};
+  Tensor* fp32[] = {&wide[0], &wide[1]};
+  EXPECT_EQ(be->fuse_weights(fp32).size(), 0u);
+  EXPECT_EQ(wide[1].data()[0], 2.0f);  // left as it was
 }
 
 TEST(CpuOps, MatmulRefusesMismatchedShapes) {
