@@ -106,17 +106,8 @@ class CpuBackend final : public Backend {
   // threads where there were three (q, k, v) or two (gate, up). Each output row is the same sum as in
   // its own GEMV (the threads split output rows), so the result is identical.
   void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) override {
-    size_t total = 0;
-    bool fused = n == 1 && !ps.empty();
-    for (size_t i = 0; fused && i < ps.size(); ++i) {
-      const Projection& p = ps[i];
-      fused = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
-              p.y->size() == static_cast<size_t>(p.out) &&
-              (i == 0 || (p.w->raw() == static_cast<uint8_t*>(ps[i - 1].w->raw()) + ps[i - 1].w->bytes() &&
-                          p.y->data() == ps[i - 1].y->data() + ps[i - 1].out));
-      total += static_cast<size_t>(p.out);
-    }
-    if (!fused) return Backend::matmul_group(x, n, in, ps);
+    const size_t total = fused_group_rows(n, in, ps);
+    if (total == 0) return Backend::matmul_group(x, n, in, ps);
     const Tensor w(ps[0].w->raw(), total * in, DType::kBF16, [](void*) {});
     Tensor y(ps[0].y->data(), total, [](float*) {});
     matmul(x, n, in, w, static_cast<int>(total), y);
@@ -199,6 +190,21 @@ size_t dtype_bytes(DType t) {
 
 const char* to_string(DType t) {
   return t == DType::kBF16 ? "bf16" : "fp32";
+}
+
+size_t fused_group_rows(int n, int in, std::span<const Projection> ps) {
+  if (n != 1) return 0;
+  size_t total = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Projection& p = ps[i];
+    const bool fits = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
+                      p.y->size() == static_cast<size_t>(p.out) &&
+                      (i == 0 || (p.w->raw() == static_cast<uint8_t*>(ps[i - 1].w->raw()) + ps[i - 1].w->bytes() &&
+                                  p.y->data() == ps[i - 1].y->data() + ps[i - 1].out));
+    if (!fits) return 0;
+    total += static_cast<size_t>(p.out);
+  }
+  return total;
 }
 
 Tensor Tensor::slice(size_t first, size_t n) const {

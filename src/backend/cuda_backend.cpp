@@ -226,29 +226,21 @@ class CudaBackend final : public Backend {
   // to back. Each output row's sum is the same computation as in its own GEMV, so the result is
   // identical; the small projections (k, v) no longer run on a fraction of the SMs.
   void matmul_group(const Tensor& x, int n, int in, std::span<const Projection> ps) override {
-    size_t total = 0;
     // Only where the product then runs through our GEMV (rows of in % 8 == 0, 16-byte aligned: the BF16
     // copy of x always is), whose rows do not depend on how many there are; cuBLAS may pick another
     // kernel for the wider shape. With MINIMAKV_CUDA_GEMV=0 (an A/B of the two) cuBLAS takes the fused
     // shape, and its rounding may then differ from separate products.
-    bool fused =
-        n == 1 && !ps.empty() && (!gemv_on_ || (in % 8 == 0 && reinterpret_cast<uintptr_t>(ps[0].w->raw()) % 16 == 0));
-    for (size_t i = 0; fused && i < ps.size(); ++i) {
-      const Projection& p = ps[i];
-      fused = p.w->dtype() == DType::kBF16 && p.w->size() == static_cast<size_t>(p.out) * in &&
-              p.y->size() == static_cast<size_t>(p.out) &&
-              (i == 0 || (p.w->raw() == static_cast<uint8_t*>(ps[i - 1].w->raw()) + ps[i - 1].w->bytes() &&
-                          p.y->data() == ps[i - 1].y->data() + ps[i - 1].out));
-      total += static_cast<size_t>(p.out);
-    }
-    if (!fused) {
+    const bool exact =
+        !gemv_on_ || (!ps.empty() && in % 8 == 0 && reinterpret_cast<uintptr_t>(ps[0].w->raw()) % 16 == 0);
+    const size_t total = exact ? fused_group_rows(n, in, ps) : 0;
+    if (total == 0) {
       Backend::matmul_group(x, n, in, ps);
       return;
     }
     const Tensor w(ps[0].w->raw(), total * in, DType::kBF16, [](void*) {});
     Tensor y(ps[0].y->data(), total, [](float*) {});
     matmul(x, n, in, w, static_cast<int>(total), y);
-    for (const Projection& p : ps) written(*p.y);
+    for (const Projection& p : ps) written(*p.y);  // y only names the first output's address
   }
   Tensor fuse_weights(std::span<Tensor* const> ws) override {
     if (ws.empty()) return {};

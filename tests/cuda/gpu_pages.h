@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "minimakv/attention/paged_attention.h"
+#include "minimakv/codec/half.h"
 #include "minimakv/codec/page_codec.h"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/paged_decode.h"
@@ -127,6 +128,22 @@ inline double rel_l2(const float* a, const double* ref, size_t n) {
     den += ref[i] * ref[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// A device buffer for an attention output's BF16 copy, poisoned (0xffff, a NaN) before the kernels run.
+inline cuda::DeviceArray<uint16_t> poisoned_bf16_copy(size_t n) {
+  cuda::DeviceArray<uint16_t> a(n);
+  cuda::check(cudaMemset(a.get(), 0xff, a.bytes()), "poison");
+  return a;
+}
+
+// Elements whose device BF16 copy is not `out` rounded to nearest even.
+inline size_t bf16_copy_mismatches(const cuda::DeviceArray<uint16_t>& copy, const std::vector<float>& out) {
+  std::vector<uint16_t> host(copy.size());
+  cuda::check(cudaMemcpy(host.data(), copy.get(), copy.bytes(), cudaMemcpyDeviceToHost), "out bf16");
+  size_t mismatches = 0;
+  for (size_t i = 0; i < out.size(); ++i) mismatches += host.at(i) != codec::float_to_bf16(out[i]);
+  return mismatches;
 }
 
 }  // namespace minimakv::testing

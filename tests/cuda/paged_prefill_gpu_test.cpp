@@ -64,8 +64,7 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   const std::vector<float> acc0(static_cast<size_t>(score_pages), 0.25f);
   cuda::DeviceArray<float> dacc(acc0.size());
   cuda::check(cudaMemcpy(dacc.get(), acc0.data(), dacc.bytes(), cudaMemcpyHostToDevice), "acc");
-  cuda::DeviceArray<uint16_t> dout_bf16(q.size());
-  cuda::check(cudaMemset(dout_bf16.get(), 0xff, dout_bf16.bytes()), "poison");
+  const auto dout_bf16 = testing::poisoned_bf16_copy(q.size());
   cuda::AttentionBuffers io{dq.get(),
                             signs.get(),
                             dout.get(),
@@ -88,11 +87,8 @@ PrefillResult run_prefill(std::mt19937_64& rng, const GpuPageSet& s, int q_heads
   std::vector<float> acc(acc0.size());
   cuda::check(cudaMemcpy(acc.data(), dacc.get(), dacc.bytes(), cudaMemcpyDeviceToHost), "acc");
   // The output's BF16 copy is the output rounded to nearest even, element for element.
-  std::vector<uint16_t> out_bf16(q.size());
-  cuda::check(cudaMemcpy(out_bf16.data(), dout_bf16.get(), dout_bf16.bytes(), cudaMemcpyDeviceToHost), "out bf16");
-  size_t bf16_mismatches = 0;
-  for (size_t i = 0; i < out.size(); ++i) bf16_mismatches += out_bf16[i] != codec::float_to_bf16(out[i]);
-  EXPECT_EQ(bf16_mismatches, 0u) << "elements whose BF16 copy is not the output rounded to nearest even";
+  EXPECT_EQ(testing::bf16_copy_mismatches(dout_bf16, out), 0u)
+      << "elements whose BF16 copy is not the output rounded to nearest even";
 
   PrefillResult r;
   for (size_t b = 0; b < s.seqs.size(); ++b) {

@@ -69,6 +69,10 @@ struct Projection {
   Tensor* y;
 };
 
+// The output rows of a projection group that can run as one product, or 0: one row of x, BF16 weights of
+// the stated shapes lying back to back in memory (Backend::fuse_weights), outputs back to back too.
+size_t fused_group_rows(int n, int in, std::span<const Projection> ps);
+
 // Device memory as the driver reports it (bytes).
 struct DeviceMemory {
   size_t free = 0, total = 0;
