@@ -37,8 +37,11 @@ struct StepParams : AttendParams {
 };
 
 // The plan blob's header: {splits of every format, batch, entries, 0}.
+__host__ __device__ inline const int32_t* plan_batch_word(const uint8_t* plan) {
+  return reinterpret_cast<const int32_t*>(plan) + 1;
+}
 __device__ inline int plan_batch(const uint8_t* plan) {
-  return reinterpret_cast<const int32_t*>(plan)[1];
+  return *plan_batch_word(plan);
 }
 
 // End of one entry's pages scores: every warp has put its (m, l) per query head in red_m / red_l; the

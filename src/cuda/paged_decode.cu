@@ -22,16 +22,6 @@ namespace {
 using namespace detail;
 using namespace decode_detail;
 
-// q_rot[b][hq] = R_{kv head} q[b][hq]: signs, FWHT, 1/sqrt(D).
-template <int D>
-__global__ void rotate_queries_kernel(StepParams p) {
-  const int b = blockIdx.x, hq = blockIdx.y;
-  if (b >= plan_batch(p.plan)) return;
-  __shared__ float x[D];
-  const size_t o = (static_cast<size_t>(b) * p.q_heads + hq) * D;
-  rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
-}
-
 // One CTA of kMergeThreads per (batch item, query head). An item may have hundreds of partials, and at
 // batch 1 there are only q_heads CTAs, so the loop over the partials is spread over 16 warps: pass 1
 // takes the maximum with every thread striding over the partials; pass 2 gives each warp every
@@ -208,7 +198,8 @@ void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNu
   bool tq3 = false, exact = false;
   for (int f = 0; f < codec::kNumPageFormats; ++f) ((codec::kRotatedFormats >> f) & 1u ? tq3 : exact) |= splits[f] > 0;
   const cudaStream_t exact_st = tq3 && exact ? side.fork(st) : st;
-  if (tq3) rotate_queries_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p);
+  if (tq3)  // the staged plan's batch bounds the rows of a launch at capacity
+    rotate_rows_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p, plan_batch_word(p.plan));
   launch_split<D>(p, splits, exact_st, st);
   if (tq3 && exact) side.join(st);
   merge_kernel<D><<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p);

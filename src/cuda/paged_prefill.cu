@@ -72,15 +72,6 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   }
 }
 
-// q_rot[row][hq] = R_{kv head} q[row][hq]: signs, FWHT, 1/sqrt(D).
-template <int D>
-__global__ void prefill_rotate_kernel(PrefillParams p) {
-  const int row = blockIdx.x, hq = blockIdx.y;
-  __shared__ float x[D];
-  const size_t o = (static_cast<size_t>(row) * p.q_heads + hq) * D;
-  rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
-}
-
 // One block per (row, query head): every partial of the row's query tile under one softmax, one
 // inverse rotation for the TQ3 share.
 template <int D>
@@ -170,7 +161,7 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
 
 template <int D>
 void launch_prefill(const PrefillParams& p, int max_pages, bool rotate, PrefillKernel kernel, cudaStream_t st) {
-  if (rotate) prefill_rotate_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p);
+  if (rotate) rotate_rows_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p, nullptr);
   // Two query terms (logits close to fp32) and per-page partials where page scores are wanted.
   const bool wg = kernel == PrefillKernel::kWgmma;
   if (p.page_m)
