@@ -111,9 +111,9 @@ void BM_DecodeStepBookkeeping(benchmark::State& st) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 8192);
   auto append = [&](SeqId s, std::span<const int32_t> t) {
     const KvStore::AppendChunk ch{s, t};
-    store.begin_append_batch(std::span<const KvStore::AppendChunk>(&ch, 1));
-    for (int l = 0; l < c.layers; ++l) store.claim_layer_slots(s, l);
-    store.commit_append(s);
+    ForwardStep step = store.begin_step(std::span<const KvStore::AppendChunk>(&ch, 1));
+    for (int l = 0; l < c.layers; ++l) (void)step.write_slots(0, l);
+    step.commit();
   };
   for (size_t b = 0; b < batch; ++b) {
     seqs.push_back(store.create_sequence());
@@ -123,15 +123,15 @@ void BM_DecodeStepBookkeeping(benchmark::State& st) {
   for (auto _ : st) {
     std::vector<KvStore::AppendChunk> chunks;
     for (SeqId s : seqs) chunks.push_back({s, std::span<const int32_t>(&token, 1)});
-    store.begin_append_batch(chunks);
+    ForwardStep step = store.begin_step(chunks);
     for (int l = 0; l < c.layers; ++l) {
-      std::vector<PinnedSequence> pins;
-      for (SeqId s : seqs) {
-        benchmark::DoNotOptimize(store.claim_layer_slots(s, l));
-        pins.push_back(store.pin(s, l));
+      std::vector<PagedView> views;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        benchmark::DoNotOptimize(step.write_slots(i, l));
+        views.push_back(step.view(i, l));
       }
     }
-    for (SeqId s : seqs) store.commit_append(s);
+    step.commit();
   }
   st.SetItemsProcessed(st.iterations() * static_cast<int64_t>(batch));
   st.SetLabel("decode tokens");

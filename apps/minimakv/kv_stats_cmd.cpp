@@ -126,6 +126,8 @@ int run_kv_stats(const KvStatsOptions& opt) {
   const auto& geo = store->geometry();
   const codec::PageLayout layout(codec::PageFormat::kBf16, geo);
   const int d = geo.head_dim, B = geo.tokens_per_page, n = opt.tokens;
+  const cache::HostPageStorage* host = store->host_storage();
+  if (!host) throw std::invalid_argument("kv-stats reads the pages in host memory: run it on the CPU backend");
   const auto pin = store->pin(seq);
   json out = {{"model", opt.model}, {"tokens", n}, {"page_size", B}, {"head_dim", d}, {"kv_heads", geo.kv_heads}};
   fmt::print("minimakv kv-stats  model={}  tokens={}  page={}  (page 0, the sink, excluded)\n", opt.model, n, B);
@@ -154,7 +156,7 @@ int run_kv_stats(const KvStatsOptions& opt) {
           }
         }
       }
-      const auto& rot = store->rotations(l)[static_cast<size_t>(h)];
+      const auto& rot = host->rotations(l)[static_cast<size_t>(h)];
       // The production policies: unbiased alpha for keys, min-MSE for values (docs/formats.md).
       per[0].add(measure(x[0], n, d, B, rot, codec::NormCorrection::kUnbiased));
       per[1].add(measure(x[1], n, d, B, rot, codec::NormCorrection::kMinMse));

@@ -231,21 +231,18 @@ void attend(const LayerInput& in, const QueryBlock& qb, std::span<float> out, Pa
   }
 }
 
-LayerInput layer_input(const cache::KvStore& store, const cache::PinnedSequence& pin, int layer, int q_heads) {
+LayerInput layer_input(const cache::HostPageStorage& storage, const cache::PagedView& view, int q_heads) {
   LayerInput in;
-  const auto& g = store.geometry();
+  const auto& g = storage.layout(codec::PageFormat::kFp8).geometry();
   in.q_heads = q_heads;
   in.kv_heads = g.kv_heads;
   in.head_dim = g.head_dim;
-  in.rotations = store.rotations(layer);
-  for (int f = 0; f < codec::kNumPageFormats; ++f) in.layouts[f] = &store.pool(static_cast<PageFormat>(f)).layout();
-  const auto& rows = pin.rows();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const cache::PageEntry e = rows.at(i, layer);
-    const bool last = i + 1 == rows.size();
-    in.pages.push_back({e.format, pin.bytes(e).data(),
-                        last ? pin.last_page_fill() : static_cast<uint32_t>(g.tokens_per_page),
-                        static_cast<uint32_t>(i * g.tokens_per_page)});
+  in.rotations = storage.rotations(view.layer());
+  for (const codec::PageFormatSpec& f : codec::all_page_formats())
+    in.layouts[codec::format_index(f.format)] = &storage.layout(f.format);
+  for (size_t i = 0; i < view.pages(); ++i) {
+    const cache::PageEntry e = view.page(i);
+    in.pages.push_back({e.format, storage.bytes(e).data(), view.fill(i), static_cast<uint32_t>(i * g.tokens_per_page)});
   }
   return in;
 }

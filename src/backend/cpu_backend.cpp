@@ -154,20 +154,23 @@ class CpuBackend final : public Backend {
     return std::make_unique<cache::KvStore>(cfg);
   }
 
-  void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+  void attention(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
                  const Tensor& v, Tensor& out, int q_heads, std::vector<std::vector<float>>* page_scores,
                  float score_weight) override {
-    const auto& sc = store.config();
+    auto* host = dynamic_cast<cache::HostPageStorage*>(&step.storage());
+    if (!host) throw std::invalid_argument("attention: the store's pages are not in host memory");
+    const auto& sc = step.config();
     const size_t qrow = static_cast<size_t>(q_heads) * sc.head_dim,
                  kvrow = static_cast<size_t>(sc.kv_heads) * sc.head_dim;
     attention::PagePartials partials;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const SeqRows& s = seqs[i];
       const auto r = static_cast<size_t>(s.row), m = static_cast<size_t>(s.n);
-      store.write_layer(s.seq, layer, all(k).subspan(r * kvrow, m * kvrow), all(v).subspan(r * kvrow, m * kvrow));
+      host->write_tokens(step.write_slots(i, layer), all(k).subspan(r * kvrow, m * kvrow),
+                         all(v).subspan(r * kvrow, m * kvrow));
       {
-        auto pin = store.pin(s.seq);
-        const auto in = attention::layer_input(store, pin, layer, q_heads);
+        const auto view = step.view(i, layer);
+        const auto in = attention::layer_input(*host, view, q_heads);
         attention::attend(in, {all(q).subspan(r * qrow, m * qrow), s.n, s.first}, all(out).subspan(r * qrow, m * qrow),
                           page_scores ? &partials : nullptr, {0, &pool_});
       }

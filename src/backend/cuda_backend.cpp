@@ -4,7 +4,7 @@
 //
 // Every call is queued on one stream, which is also the stream of every page operation of the stores
 // this backend makes (cache::PageStorage's ordering contract). Attention of one layer:
-//   1. the store hands out the slots of the chunk's tokens (claim_layer_slots) and append_tokens
+//   1. the forward step hands out the slots of the chunk's tokens (write_slots) and append_tokens
 //      quantizes K/V into them (FP8, or BF16 in the dense mode) on the device;
 //   2. decode (one row per sequence): each row becomes one item of a decode plan over its sequence's
 //      pages, and the split-K paged decode kernels attend and merge under one softmax;
@@ -366,13 +366,13 @@ class CudaBackend final : public Backend {
     return std::make_unique<cache::KvStore>(cfg, std::make_unique<DevicePageStorage>(cfg, stream_));
   }
 
-  void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
-                 const Tensor& v, Tensor& out, int q_heads,
-                 std::vector<std::vector<float>>* page_scores, float score_weight) override;
+  void attention(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+                 const Tensor& v, Tensor& out, int q_heads, std::vector<std::vector<float>>* page_scores,
+                 float score_weight) override;
 
   AttentionStats attention_stats() const override { return paged_->stats(); }
 
-  void begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) override;
+  void begin_forward(cache::ForwardStep& step, std::span<const SeqRows> seqs, bool page_scores) override;
   void end_forward(bool completed) override;
   void set_graphs(bool on) override { graphs_on_ = on; }
   ForwardStats forward_stats() const override { return forward_stats_; }
@@ -430,7 +430,7 @@ class CudaBackend final : public Backend {
     return d;
   }
   // attention() without its BF16 output copy's bookkeeping; out_bf16: where the kernels write that copy.
-  void attend(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
+  void attend(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q, const Tensor& k,
               const Tensor& v, Tensor& out, uint16_t* out_bf16, int q_heads,
               std::vector<std::vector<float>>* page_scores, float score_weight);
   void collect_page_scores(std::vector<std::vector<float>>& page_scores) override {
@@ -471,24 +471,24 @@ class CudaBackend final : public Backend {
   ForwardStats forward_stats_;
 };
 
-void CudaBackend::attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+void CudaBackend::attention(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                             const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
                             std::vector<std::vector<float>>* page_scores, float score_weight) {
-  if (!dynamic_cast<DevicePageStorage*>(store.storage()))
+  if (!dynamic_cast<DevicePageStorage*>(&step.storage()))
     throw std::invalid_argument("attention: the store's pages are not in GPU memory (make it with Model::make_store)");
   written(out);
   // With BF16 weights the output feeds the o projection's GEMM: the kernels that write it write its BF16
   // copy too (allocated in every mode, so that a replayed step's arena hands out its graph's address).
   Tensor ob = bf16_weights_ ? alloc((out.size() + 1) / 2) : Tensor();
-  attend(store, layer, seqs, q, k, v, out, static_cast<uint16_t*>(ob.raw()), q_heads, page_scores, score_weight);
+  attend(step, layer, seqs, q, k, v, out, static_cast<uint16_t*>(ob.raw()), q_heads, page_scores, score_weight);
   if (bf16_weights_) hold_bf16_input(out, out.size(), std::move(ob));
 }
 
-void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+void CudaBackend::attend(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                          const Tensor& k, const Tensor& v, Tensor& out, uint16_t* out_bf16, int q_heads,
                          std::vector<std::vector<float>>* page_scores, float score_weight) {
-  auto* dev = static_cast<DevicePageStorage*>(store.storage());
-  const auto& sc = store.config();
+  auto* dev = static_cast<DevicePageStorage*>(&step.storage());
+  const auto& sc = step.config();
   const auto views = dev->pool().views();
 
   HostProfile::Scope all(profile_, "attention");
@@ -496,28 +496,26 @@ void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRo
   std::optional<HostProfile::Scope> phase;
   phase.emplace(profile_, "att slots");
   std::vector<cuda::AppendSlot> slots;
-  for (const SeqRows& s : seqs) {
-    const auto claimed = store.claim_layer_slots(s.seq, layer);
-    for (const auto& c : claimed) slots.push_back({c.page.id, c.token});
-  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (const cache::WriteSlot& w : step.write_slots(i, layer)) slots.push_back({w.page.id, w.token});
   const size_t n_rows = slots.size();
   const auto* slots_d =
       graph_input(step_slots_, static_cast<size_t>(layer) * n_rows, std::span<const cuda::AppendSlot>(slots), slots_);
   if (!replaying())
-    cuda::append_tokens(views, store.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
+    cuda::append_tokens(views, step.append_format(), dev->geometry(), k.data(), v.data(), slots_d,
                         static_cast<int>(slots.size()), stream_->s);
 
   phase.reset();
   if (std::any_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n > 1; })) {
-    paged_->prefill(store, *dev, layer, seqs, attend_buffers(q, *dev, layer, out, out_bf16), q_heads, page_scores,
+    paged_->prefill(step, *dev, layer, seqs, attend_buffers(q, *dev, layer, out, out_bf16), q_heads, page_scores,
                     score_weight);
     return;
   }
   // 2. Decode.
-  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
+  std::vector<cache::PagedView> views_read;  // pinned until the launch is queued (see the ordering contract)
   std::vector<size_t> pages_seen;           // per sequence: the pages its last row sees
   const cuda::DecodePlan& plan =
-      paged_->decode_plan(store, layer, seqs, q_heads, page_scores != nullptr, pins, pages_seen);
+      paged_->decode_plan(step, layer, seqs, q_heads, page_scores != nullptr, views_read, pages_seen);
   if (on_graph()) {
     // Each layer stages into its own workspace: the graph copies every layer's plan when it runs.
     cuda::DecodeWorkspace& ws = paged_->step_workspace(layer);
@@ -534,10 +532,10 @@ void CudaBackend::attend(cache::KvStore& store, int layer, std::span<const SeqRo
   }
   paged_->decode(views, sc, layer, plan, attend_buffers(q, *dev, layer, out, out_bf16), q_heads, pages_seen,
                  page_scores != nullptr, score_weight);
-  pins.clear();
+  views_read.clear();
 }
 
-void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> seqs, bool page_scores) {
+void CudaBackend::begin_forward(cache::ForwardStep& step, std::span<const SeqRows> seqs, bool page_scores) {
   if (graph_in_flight_) {  // its pinned inputs are about to be rewritten
     check(cudaStreamSynchronize(stream_->s), "begin_forward");
     graph_in_flight_ = false;
@@ -545,15 +543,15 @@ void CudaBackend::begin_forward(cache::KvStore& store, std::span<const SeqRows> 
   forget_bf16_input();  // its arena or its source may be reused by this pass
   mode_ = Mode::kEager;
   step_positions_written_ = false;
-  auto* dev = dynamic_cast<DevicePageStorage*>(store.storage());
+  auto* dev = dynamic_cast<DevicePageStorage*>(&step.storage());
   const bool decode = std::all_of(seqs.begin(), seqs.end(), [](const SeqRows& s) { return s.n == 1; });
   if (!graphs_on_ || page_scores || !decode || !dev || seqs.empty()) {
     ++forward_stats_.eager;
     return;
   }
-  const auto& sc = store.config();
+  const auto& sc = step.config();
   const auto views = dev->pool().views();
-  StepKey key{static_cast<int>(seqs.size()), {}, dev->signs(0), sc.tokens_per_page, sc.layers, store.append_format()};
+  StepKey key{static_cast<int>(seqs.size()), {}, dev->signs(0), sc.tokens_per_page, sc.layers, step.append_format()};
   for (int f = 0; f < codec::kNumPageFormats; ++f) key.pools[f] = views.base[f];
   // Size every step buffer for this step before anything is queued: a graph's launches cannot grow them.
   const size_t n = seqs.size(), layers = static_cast<size_t>(sc.layers);

@@ -82,22 +82,23 @@ void CudaPagedAttention::record(const cuda::DecodeStats& st) {
   stats_.fallbacks += st.fallbacks;
 }
 
-void CudaPagedAttention::prefill(cache::KvStore& store, const DevicePageStorage& dev, int layer,
+void CudaPagedAttention::prefill(const cache::ForwardStep& step, const DevicePageStorage& dev, int layer,
                                  std::span<const SeqRows> seqs, cuda::AttentionBuffers io, int q_heads,
                                  std::vector<std::vector<float>>* page_scores, float score_weight) {
-  const auto& sc = store.config();
+  const auto& sc = step.config();
   const uint32_t B = static_cast<uint32_t>(sc.tokens_per_page);
   std::optional<HostProfile::Scope> phase;
   phase.emplace(profile_, "att prefill plan");
-  std::vector<cache::PinnedSequence> pins;  // held until the launch is queued (see the ordering contract)
+  std::vector<cache::PagedView> views;  // pinned until the launch is queued (see the ordering contract)
   std::vector<cuda::PrefillSeq> ps;
-  for (const SeqRows& s : seqs) {
-    pins.push_back(store.pin(s.seq, layer));
-    const auto& rows = pins.back().rows();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
+    views.push_back(step.view(i, layer));
+    const cache::PagedView& view = views.back();
     const uint32_t last = s.first + static_cast<uint32_t>(s.n) - 1;
     cuda::PrefillSeq p{s.row, s.n, s.first, {}};
     for (uint32_t pg = 0; pg <= last / B; ++pg) {
-      const cache::PageEntry e = rows.at(pg, layer);
+      const cache::PageEntry e = view.page(pg);
       p.pages.push_back({e.format, e.id, pg == last / B ? last % B + 1 : B});
     }
     ps.push_back(std::move(p));
@@ -136,24 +137,24 @@ cuda::DecodeWorkspace& CudaPagedAttention::workspace(int turn, const cuda::Decod
   return *ws;
 }
 
-const cuda::DecodePlan& CudaPagedAttention::decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs,
-                                                        int q_heads, bool page_scores,
-                                                        std::vector<cache::PinnedSequence>& pins,
+const cuda::DecodePlan& CudaPagedAttention::decode_plan(const cache::ForwardStep& step, int layer,
+                                                        std::span<const SeqRows> seqs, int q_heads, bool page_scores,
+                                                        std::vector<cache::PagedView>& views,
                                                         std::vector<size_t>& pages_seen) {
   // One plan item per sequence's row, over the pages its position may see. The layers of one forward
   // pass share the plan's structure (rows, token counts, formats unless a layer is protected), so a
   // plan is built once and later layers only patch in their page ids.
-  const auto& sc = store.config();
+  const auto& sc = step.config();
   const int B = sc.tokens_per_page;
   std::optional<HostProfile::Scope> phase;
   phase.emplace(profile_, "att pin");
   PlanKey key{{}, {}, page_scores, q_heads, sc.kv_heads, sc.head_dim, B};
-  for (const SeqRows& s : seqs) {
-    pins.push_back(store.pin(s.seq, layer));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
+    views.push_back(step.view(i, layer));
     key.rows.push_back({s.seq, s.first, s.n});
-    const auto& rows = pins.back().rows();
     pages_seen.push_back((s.first + static_cast<size_t>(s.n) - 1) / B + 1);
-    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(rows.at(p, layer).format);
+    for (size_t p = 0; p < pages_seen.back(); ++p) key.formats.push_back(views.back().page(p).format);
   }
   phase.reset();
   phase.emplace(profile_, "att plan");
@@ -161,11 +162,10 @@ const cuda::DecodePlan& CudaPagedAttention::decode_plan(cache::KvStore& store, i
     // One plan item per sequence (item i is seqs[i]): its row sees the pages up to its position.
     std::vector<std::vector<cuda::PageRef>> items;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      const auto& rows = pins[i].rows();
       const size_t pos = seqs[i].first, npages = pos / B + 1;
       std::vector<cuda::PageRef> refs(npages);
       for (size_t p = 0; p < npages; ++p) {
-        const cache::PageEntry e = rows.at(p, layer);
+        const cache::PageEntry e = views[i].page(p);
         refs[p] = {e.format, e.id, p + 1 == npages ? static_cast<uint32_t>(pos % B + 1) : static_cast<uint32_t>(B)};
       }
       items.push_back(std::move(refs));
@@ -174,7 +174,7 @@ const cuda::DecodePlan& CudaPagedAttention::decode_plan(cache::KvStore& store, i
     plan_ = cuda::make_decode_plan(items, shape, 0, page_scores);
     plan_key_ = std::move(key);
   } else {
-    for (auto& e : plan_.entries) e.page_id = pins[e.seq].rows().at(e.logical, layer).id;
+    for (auto& e : plan_.entries) e.page_id = views[e.seq].page(e.logical).id;
   }
   return plan_;
 }

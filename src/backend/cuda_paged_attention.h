@@ -37,14 +37,14 @@ class CudaPagedAttention {
 
   // A chunk of rows of some sequences (prefill): plan, workspace and launch. io holds the query, signs
   // and output (and the output's BF16 copy, if wanted); page scores are added as attention() promises.
-  void prefill(cache::KvStore& store, const DevicePageStorage& dev, int layer, std::span<const SeqRows> seqs,
+  void prefill(const cache::ForwardStep& step, const DevicePageStorage& dev, int layer, std::span<const SeqRows> seqs,
                cuda::AttentionBuffers io, int q_heads, std::vector<std::vector<float>>* page_scores,
                float score_weight);
-  // The decode plan of one layer: one item per sequence's row over the pages its position may see. Pins
-  // every sequence (into `pins`, which the caller holds until the launch is queued) and records the
-  // pages each row sees (pages_seen).
-  const cuda::DecodePlan& decode_plan(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, int q_heads,
-                                      bool page_scores, std::vector<cache::PinnedSequence>& pins,
+  // The decode plan of one layer: one item per sequence's row over the pages its position may see. Takes
+  // every sequence's paged view (into `views`, which the caller holds until the launch is queued) and
+  // records the pages each row sees (pages_seen).
+  const cuda::DecodePlan& decode_plan(const cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs,
+                                      int q_heads, bool page_scores, std::vector<cache::PagedView>& views,
                                       std::vector<size_t>& pages_seen);
   // Stages and launches an eager decode of `plan` (sized by the staged plan) through the workspace
   // whose turn it is; with page_scores, adds the layer's page scores (pages_seen from decode_plan).

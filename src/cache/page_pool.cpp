@@ -38,9 +38,8 @@ KvMode parse_kv_mode(std::string_view name) {
   throw std::invalid_argument("unknown KV mode '" + std::string(name) + "' (bf16, fp8 or minima)");
 }
 
-PagePool::PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages, bool host_bytes)
-    : layout_(format, geometry), capacity_(capacity_pages), host_bytes_(host_bytes) {
-  if (host_bytes_) storage_.assign((capacity_ + 1) * layout_.bytes(), uint8_t{0});
+PagePool::PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages)
+    : layout_(format, geometry), capacity_(capacity_pages) {
   meta_.resize(capacity_ + 1);
   free_.reserve(capacity_);
   // Lowest ids are handed out first.
@@ -99,29 +98,6 @@ void PagePool::seal(PageId id) {
 const PageMeta& PagePool::meta(PageId id) const {
   check(id, "meta");
   return meta_[id];
-}
-
-void PagePool::check_host(const char* where) const {
-  if (!host_bytes_) {
-    throw InvalidArgument(std::string(where) + ": the bytes of " + codec::to_string(format()) +
-                          " pages live in device storage, not in host memory");
-  }
-}
-
-std::span<const uint8_t> PagePool::bytes(PageId id) const {
-  check(id, "bytes");
-  check_host("bytes");
-  return {storage_.data() + id * layout_.bytes(), layout_.bytes()};
-}
-
-std::span<uint8_t> PagePool::mutable_bytes(PageId id) {
-  check(id, "mutable_bytes");
-  check_host("mutable_bytes");
-  const PageMeta& m = meta_[id];
-  if (!m.in_use || m.sealed) {
-    throw InvalidArgument("page " + std::to_string(id) + " is " + (m.sealed ? "sealed (immutable)" : "free"));
-  }
-  return {storage_.data() + id * layout_.bytes(), layout_.bytes()};
 }
 
 }  // namespace minimakv::cache

@@ -25,10 +25,12 @@ cache::Accounting hold_one_request(const model::ModelConfig& cfg, const Generate
     const size_t m = std::min(chunk, tokens - p);
     std::vector<int32_t> ids(m);
     for (size_t i = 0; i < m; ++i) ids[i] = static_cast<int32_t>((p + i) % static_cast<size_t>(cfg.vocab_size));
-    store.begin_append(seq, ids);
+    const cache::KvStore::AppendChunk append{seq, ids};
+    cache::ForwardStep step = store.begin_step(std::span<const cache::KvStore::AppendChunk>(&append, 1));
     const std::span<const float> z(zeros.data(), m * kv);
-    for (int l = 0; l < static_cast<int>(cfg.num_hidden_layers); ++l) store.write_layer(seq, l, z, z);
-    store.commit_append(seq);
+    for (int l = 0; l < static_cast<int>(cfg.num_hidden_layers); ++l)
+      store.host_storage()->write_tokens(step.write_slots(0, l), z, z);
+    step.commit();
     if (cache::retiers(opt.mode)) ctl.checkpoint(store, seqs);
   }
   return store.accounting();

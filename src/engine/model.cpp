@@ -161,9 +161,10 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
   const auto rows = static_cast<size_t>(n);
   std::vector<cache::KvStore::AppendChunk> appends;
   for (const auto& ch : chunks) appends.push_back({ch.seq, ch.ids});
-  store.begin_append_batch(appends);  // capacity for every sequence checked first
+  // Capacity for every sequence checked first; the step rolls the append back if the pass throws.
+  cache::ForwardStep step = store.begin_step(appends);
   if (page_scores) page_scores->assign(chunks.size(), {});
-  be.begin_forward(store, seqs, page_scores != nullptr);
+  be.begin_forward(step, seqs, page_scores != nullptr);
   // Ends the pass as abandoned unless it reached its read-back.
   struct PassGuard {
     backend::Backend& be;
@@ -193,7 +194,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
     const backend::Projection qkv_proj[] = {{&L.wq, Hq * D, &q}, {&L.wk, Hkv * D, &k}, {&L.wv, Hkv * D, &v}};
     be.matmul_group(h, n, H, qkv_proj);
     arch_->encode_positions(be, L, c, q, k, seqs);
-    be.attention(store, static_cast<int>(l), seqs, q, k, v, attn, Hq, page_scores, layer_weight);
+    be.attention(step, static_cast<int>(l), seqs, q, k, v, attn, Hq, page_scores, layer_weight);
     be.matmul(attn, n, Hq * D, L.wo, H, o);
     be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);
     const backend::Projection gate_up_proj[] = {{&L.gate, I, &g}, {&L.up, I, &u}};
@@ -209,7 +210,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
     std::vector<float> out(logits.size());
     be.to_host(logits, out);
     if (page_scores) be.collect_page_scores(*page_scores);
-    for (const auto& ch : chunks) store.commit_append(ch.seq);
+    step.commit();
     return out;
   };
   if (all_logits) {

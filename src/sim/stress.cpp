@@ -132,11 +132,11 @@ class Sim {
       const auto& t3 = store_.pool(PageFormat::kTq3).layout();
       if (gen % 2 == 1) {
         out.assign(t3.bytes(), 0);
-        codec::convert_fp8_to_tq3(prev, f8, out, t3, store_.rotations(layer), static_cast<int>(B),
+        codec::convert_fp8_to_tq3(prev, f8, out, t3, host().rotations(layer), static_cast<int>(B),
                                   store_.config().tq3_policy);
       } else {
         out.assign(f8.bytes(), 0);
-        codec::convert_tq3_to_fp8(prev, t3, out, f8, store_.rotations(layer), static_cast<int>(B));
+        codec::convert_tq3_to_fp8(prev, t3, out, f8, host().rotations(layer), static_cast<int>(B));
       }
     }
     return deriv_.emplace(key, std::move(out)).first->second;
@@ -148,7 +148,7 @@ class Sim {
   // is the conversion of a known content of the other format.
   bool known_content(const RefSeq& r, size_t page, int layer, PageEntry e, size_t filled) {
     const auto& pool = store_.pool(e.format);
-    const auto bytes = pool.bytes(e.id);
+    const auto bytes = host().bytes(e);
     auto& entry = known_[std::make_tuple(r.prefix[page * store_.config().tokens_per_page + filled - 1], filled, layer)];
     entry.last_seen = res_.ops;
     auto& known = entry.contents;
@@ -165,11 +165,11 @@ class Sim {
       std::vector<uint8_t> out;
       if (e.format == PageFormat::kTq3) {
         out.assign(t3.bytes(), 0);
-        codec::convert_fp8_to_tq3(known[i].second, f8, out, t3, store_.rotations(layer), static_cast<int>(filled),
+        codec::convert_fp8_to_tq3(known[i].second, f8, out, t3, host().rotations(layer), static_cast<int>(filled),
                                   store_.config().tq3_policy);
       } else {
         out.assign(f8.bytes(), 0);
-        codec::convert_tq3_to_fp8(known[i].second, t3, out, f8, store_.rotations(layer), static_cast<int>(filled));
+        codec::convert_tq3_to_fp8(known[i].second, t3, out, f8, host().rotations(layer), static_cast<int>(filled));
       }
       if (same_regions(bytes, out, pool.layout(), filled)) {
         known.emplace_back(e.format, std::move(out));
@@ -243,12 +243,16 @@ class Sim {
       std::fprintf(stderr, "  gen %d rows equal:", gen);
       for (int h = 0; h < L.geometry().kv_heads; ++h)
         for (int t = 0; t < L.geometry().tokens_per_page; ++t) {
-          const bool k = std::memcmp(pool.bytes(e.id).data() + L.k_codes(h, t), want.data() + L.k_codes(h, t), L.row_bytes()) == 0;
-          const bool v = std::memcmp(pool.bytes(e.id).data() + L.v_codes(h, t), want.data() + L.v_codes(h, t), L.row_bytes()) == 0;
-          const bool km = std::memcmp(pool.bytes(e.id).data() + L.k_meta(h, t), want.data() + L.k_meta(h, t), L.meta_bytes()) == 0;
-          const bool vm = std::memcmp(pool.bytes(e.id).data() + L.v_meta(h, t), want.data() + L.v_meta(h, t), L.meta_bytes()) == 0;
+          const bool k =
+              std::memcmp(host().bytes(e).data() + L.k_codes(h, t), want.data() + L.k_codes(h, t), L.row_bytes()) == 0;
+          const bool v =
+              std::memcmp(host().bytes(e).data() + L.v_codes(h, t), want.data() + L.v_codes(h, t), L.row_bytes()) == 0;
+          const bool km =
+              std::memcmp(host().bytes(e).data() + L.k_meta(h, t), want.data() + L.k_meta(h, t), L.meta_bytes()) == 0;
+          const bool vm =
+              std::memcmp(host().bytes(e).data() + L.v_meta(h, t), want.data() + L.v_meta(h, t), L.meta_bytes()) == 0;
           float a = 0, b = 0;
-          std::memcpy(&a, pool.bytes(e.id).data() + L.k_meta(h, t), 4);
+          std::memcpy(&a, host().bytes(e).data() + L.k_meta(h, t), 4);
           std::memcpy(&b, want.data() + L.k_meta(h, t), 4);
           std::fprintf(stderr, " h%dt%d:%c%c%c%c(%g/%g)", h, t, k ? 'K' : '-', v ? 'V' : '-', km ? 'k' : '-', vm ? 'v' : '-', a, b);
         }
@@ -261,8 +265,8 @@ class Sim {
           for (int gen = 0; gen <= 12; gen += 2) {
             const auto& want = derivation(me, page, layer, gen);
             const size_t co = kv ? L.v_codes(h, t) : L.k_codes(h, t), mo = kv ? L.v_meta(h, t) : L.k_meta(h, t);
-            if (!std::memcmp(pool.bytes(e.id).data() + co, want.data() + co, L.row_bytes()) &&
-                !std::memcmp(pool.bytes(e.id).data() + mo, want.data() + mo, L.meta_bytes()))
+            if (!std::memcmp(host().bytes(e).data() + co, want.data() + co, L.row_bytes()) &&
+                !std::memcmp(host().bytes(e).data() + mo, want.data() + mo, L.meta_bytes()))
               std::fprintf(stderr, " %d", gen);
           }
           std::fprintf(stderr, "\n");
@@ -276,15 +280,18 @@ class Sim {
       const auto& tp = store_.pool(PageFormat::kTq3);
       std::fprintf(stderr, "  seq %llu holds tq3 %u matching gens:", static_cast<unsigned long long>(oid), te.id);
       for (int gen = 1; gen <= 15; gen += 2)
-        if (same_regions(tp.bytes(te.id), derivation(me, page, layer, gen), tp.layout(), 4)) std::fprintf(stderr, " %d", gen);
+        if (same_regions(host().bytes(te), derivation(me, page, layer, gen), tp.layout(), 4))
+          std::fprintf(stderr, " %d", gen);
       std::vector<uint8_t> rec(L.bytes());
-      codec::convert_tq3_to_fp8(tp.bytes(te.id), tp.layout(), rec, L, store_.rotations(layer), 4);
-      std::fprintf(stderr, "; its reconstruction %s this page\n", same_regions(rec, pool.bytes(e.id), L, 4) ? "equals" : "differs from");
+      codec::convert_tq3_to_fp8(host().bytes(te), tp.layout(), rec, L, host().rotations(layer), 4);
+      std::fprintf(stderr, "; its reconstruction %s this page\n",
+                   same_regions(rec, host().bytes(e), L, 4) ? "equals" : "differs from");
     }
     std::fprintf(stderr, "  refs %u %u %u %u\n", pool.meta(e.id).refs[0], pool.meta(e.id).refs[1], pool.meta(e.id).refs[2], pool.meta(e.id).refs[3]);
     for (const auto& [oid, o] : ref_)
       for (size_t q = 0; q < o.tiers.size(); ++q)
-        if (same_regions(pool.bytes(e.id), derivation(o, q, layer, 0), pool.layout(), std::min(B, o.tokens.size() - q * B))) {
+        if (same_regions(host().bytes(e), derivation(o, q, layer, 0), pool.layout(),
+                         std::min(B, o.tokens.size() - q * B))) {
           std::fprintf(stderr, " matches page %zu of\n", q);
           print_seq(oid, o);
         }
@@ -555,6 +562,9 @@ class Sim {
     }
     do_error();
   }
+
+  // The simulated store keeps its bytes in host memory.
+  const cache::HostPageStorage& host() const { return *store_.host_storage(); }
 
   StressOptions opt_;
   std::mt19937_64 rng_;

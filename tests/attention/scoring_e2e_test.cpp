@@ -35,8 +35,8 @@ TEST(ScoringEndToEnd, AttendedPageBecomesAnchorInsteadOfStale) {
   cc.ewma_beta = 0.5f;
   policy::TierController with_scores(cc), without(cc);
   {
-    auto pin = st.pin(s);
-    const auto in = attention::layer_input(st, pin, 0, 1);
+    const auto view = st.view(s, 0);
+    const auto in = attention::layer_input(*st.host_storage(), view, 1);
     std::vector<float> out(64);
     attention::PagePartials parts;
     attention::attend(in, {q, 1, 39}, out, &parts);

@@ -60,20 +60,21 @@ class MirrorStorage final : public PageStorage {
   std::vector<std::vector<codec::Rotation>> rot_;
 };
 
-// Appends rows to the external store the way the CUDA backend does: claim each layer's slots, write.
+// Appends rows to the external store the way the CUDA backend does: take each layer's slots, write.
 void append_external(KvStore& s, MirrorStorage& m, SeqId seq, const testing::KvRows& r) {
   const auto& c = s.config();
   const size_t head = static_cast<size_t>(c.kv_heads) * c.head_dim, per = head * c.layers;
-  s.begin_append(seq, r.ids);
+  const KvStore::AppendChunk chunk{seq, r.ids};
+  ForwardStep step = s.begin_step(std::span<const KvStore::AppendChunk>(&chunk, 1));
   for (int l = 0; l < c.layers; ++l) {
-    const auto slots = s.claim_layer_slots(seq, l);
+    const auto slots = step.write_slots(0, l);
     ASSERT_EQ(slots.size(), r.ids.size());
     for (size_t t = 0; t < slots.size(); ++t)
       codec::write_token(m.page(slots[t].page), m.layout(slots[t].page.format), static_cast<int>(slots[t].token),
                          std::span<const float>(r.k).subspan(t * per + l * head, head),
                          std::span<const float>(r.v).subspan(t * per + l * head, head));
   }
-  s.commit_append(seq);
+  step.commit();
 }
 
 // Full pages must match byte for byte; a partial last page in its written tokens (the slots past them
@@ -95,7 +96,7 @@ void expect_same_pages(const KvStore& host, SeqId hs, const KvStore& ext, Mirror
         ASSERT_TRUE(std::equal(x.begin(), x.end(), y.begin())) << "page " << p << " layer " << l;
         continue;
       }
-      const auto rot = host.rotations(static_cast<int>(l));
+      const auto rot = host.host_storage()->rotations(static_cast<int>(l));
       std::vector<float> k1(c.head_dim), v1(c.head_dim), k2(c.head_dim), v2(c.head_dim);
       for (uint32_t t = 0; t < hp.last_page_fill(); ++t)
         for (int h = 0; h < c.kv_heads; ++h) {
@@ -115,7 +116,8 @@ TEST(ExternalStorage, SameBytesAsTheHostStoreThroughAppendForkRetierAndPromote) 
   auto owned = std::make_unique<MirrorStorage>(cfg);
   MirrorStorage& mirror = *owned;
   KvStore ext(cfg, std::move(owned));
-  EXPECT_FALSE(ext.pool(PageFormat::kFp8).has_host_bytes());
+  EXPECT_EQ(ext.host_storage(), nullptr);
+  EXPECT_EQ(&ext.storage(), &mirror);
 
   const SeqId a = host.create_sequence(), b = ext.create_sequence();
   for (size_t n : {3u, 6u, 5u}) {  // ends on a partial page (14 tokens, pages of 4)
@@ -149,29 +151,20 @@ TEST(ExternalStorage, SameBytesAsTheHostStoreThroughAppendForkRetierAndPromote) 
   EXPECT_TRUE(ea.reconciled);
 }
 
-TEST(ExternalStorage, HostByteAccessIsRefusedAndLayerClaimsAreChecked) {
+TEST(ExternalStorage, HostByteAccessIsRefused) {
   auto cfg = testing::small_config(8, 8);
   KvStore ext(cfg, std::make_unique<MirrorStorage>(cfg));
   const SeqId s = ext.create_sequence();
   const std::vector<int32_t> ids{1, 2};
-  const std::vector<float> kv(2 * static_cast<size_t>(cfg.kv_heads) * cfg.head_dim, 0.5f);
-  EXPECT_THROW(ext.claim_layer_slots(s, 0), InvalidArgument);  // no append in progress
-  ext.begin_append(s, ids);
-  EXPECT_THROW(ext.write_layer(s, 0, kv, kv), InvalidArgument);
-  EXPECT_THROW(ext.claim_layer_slots(s, cfg.layers), InvalidArgument);
-  const auto slots = ext.claim_layer_slots(s, 0);
-  EXPECT_EQ(slots.size(), 2u);
-  EXPECT_EQ(slots[1].token, 1u);
-  EXPECT_THROW(ext.claim_layer_slots(s, 0), InvalidArgument);  // already written
-  EXPECT_THROW(ext.commit_append(s), InvalidArgument);         // layer 1 missing
-  ext.claim_layer_slots(s, 1);
-  ext.commit_append(s);
+  const std::vector<float> kv(2 * static_cast<size_t>(cfg.layers) * cfg.kv_heads * cfg.head_dim, 0.5f);
+  EXPECT_THROW(ext.append(s, ids, kv, kv), InvalidArgument);  // the bytes are not the store's to write
+  EXPECT_EQ(ext.length(s), 0u);
+  const KvStore::AppendChunk chunk{s, ids};
+  ForwardStep step = ext.begin_step(std::span<const KvStore::AppendChunk>(&chunk, 1));
+  for (int l = 0; l < cfg.layers; ++l) EXPECT_EQ(step.write_slots(0, l).size(), 2u);
+  step.commit();
   const auto pin = ext.pin(s);
   EXPECT_THROW(pin.bytes(pin.rows()[0][0]), InvalidArgument);
-  KvStore host(cfg);  // the reverse: a host store writes its own bytes
-  const SeqId h = host.create_sequence();
-  host.begin_append(h, ids);
-  EXPECT_THROW(host.claim_layer_slots(h, 0), InvalidArgument);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // tables after each operation, and error paths that must leave the store unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "cache/store_fixture.h"
 #include "test_util.h"
@@ -184,7 +186,7 @@ TEST(KvStore, ForkSharesFullPagesAndCopiesThePartialOne) {
   EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(2, 1));
   EXPECT_EQ(st.refs({PageFormat::kFp8, 3}), R(1));
   for (int l = 0; l < 2; ++l) {
-    auto pa = st.pool(PageFormat::kFp8).bytes(ta[1].layers[l].id), pb = st.pool(PageFormat::kFp8).bytes(tb[1].layers[l].id);
+    auto pa = st.host_storage()->bytes(ta[1].layers[l]), pb = st.host_storage()->bytes(tb[1].layers[l]);
     EXPECT_TRUE(std::equal(pa.begin(), pa.end(), pb.begin()));
   }
   auto more = random_rows(rng, st.config(), 1, 50);
@@ -273,46 +275,152 @@ TEST(KvStore, ModesChooseTheAppendFormat) {
 namespace minimakv::cache {
 namespace {
 
-TEST(KvStore, LayerByLayerAppendSealsOnlyAtCommit) {
+// One layer's K/V of rows r ([n][layers][kv_heads][head_dim]) as [n][kv_heads][head_dim].
+std::vector<float> layer_rows(const std::vector<float>& all, const StoreConfig& c, size_t n, int layer) {
+  const size_t per_layer = static_cast<size_t>(c.kv_heads) * c.head_dim;
+  std::vector<float> out(n * per_layer);
+  for (size_t t = 0; t < n; ++t)
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>((t * c.layers + layer) * per_layer), per_layer,
+                out.begin() + static_cast<std::ptrdiff_t>(t * per_layer));
+  return out;
+}
+
+TEST(ForwardStep, LayerByLayerAppendSealsOnlyAtCommit) {
   auto rng = testing::rng_for_test();
   KvStore st(testing::small_config());
   const SeqId s = st.create_sequence();
   auto r = testing::random_rows(rng, st.config(), 6);
-  const size_t per_layer = static_cast<size_t>(st.config().kv_heads) * st.config().head_dim;
-  st.begin_append(s, r.ids);
+  const KvStore::AppendChunk chunk{s, r.ids};
+  const auto one = std::span<const KvStore::AppendChunk>(&chunk, 1);
+  ForwardStep step = st.begin_step(one);
   EXPECT_EQ(st.length(s), 6u);
   EXPECT_FALSE(st.block_table(s)[0].sealed);  // full but still being written
-  EXPECT_THROW(st.begin_append(s, r.ids), InvalidArgument);
+  EXPECT_THROW((void)st.begin_step(one), InvalidArgument);
   EXPECT_THROW(st.fork(s), InvalidArgument);
-  std::vector<float> k1(6 * per_layer), v1(6 * per_layer), k0(6 * per_layer), v0(6 * per_layer);
-  for (size_t t = 0; t < 6; ++t)
-    for (size_t i = 0; i < per_layer; ++i) {
-      k0[t * per_layer + i] = r.k[(t * 2 + 0) * per_layer + i];
-      v0[t * per_layer + i] = r.v[(t * 2 + 0) * per_layer + i];
-      k1[t * per_layer + i] = r.k[(t * 2 + 1) * per_layer + i];
-      v1[t * per_layer + i] = r.v[(t * 2 + 1) * per_layer + i];
-    }
-  st.write_layer(s, 1, k1, v1);  // any order
-  EXPECT_THROW(st.write_layer(s, 1, k1, v1), InvalidArgument);
-  EXPECT_THROW(st.commit_append(s), InvalidArgument);  // layer 0 missing
-  EXPECT_THROW(st.write_layer(s, 0, k1, std::span<const float>(v1).first(3)), InvalidArgument);
-  st.write_layer(s, 0, k0, v0);
-  st.commit_append(s);
+  const auto k0 = layer_rows(r.k, st.config(), 6, 0), v0 = layer_rows(r.v, st.config(), 6, 0);
+  const auto k1 = layer_rows(r.k, st.config(), 6, 1), v1 = layer_rows(r.v, st.config(), 6, 1);
+  const auto slots1 = step.write_slots(0, 1);  // any order
+  ASSERT_EQ(slots1.size(), 6u);
+  EXPECT_EQ(slots1[5].token, 1u);  // position 5 in pages of 4
+  EXPECT_EQ(slots1[5].page, st.block_table(s)[1].layers[1]);
+  st.host_storage()->write_tokens(slots1, k1, v1);
+  EXPECT_THROW((void)step.write_slots(0, 1), InvalidArgument);  // handed out once
+  EXPECT_THROW((void)step.write_slots(1, 0), InvalidArgument);  // no sequence 1
+  EXPECT_THROW((void)step.write_slots(0, 2), InvalidArgument);  // no layer 2
+  EXPECT_THROW(step.commit(), InvalidArgument);                 // layer 0 missing
+  const auto slots0 = step.write_slots(0, 0);
+  EXPECT_THROW(st.host_storage()->write_tokens(slots0, k0, std::span<const float>(v0).first(3)), InvalidArgument);
+  st.host_storage()->write_tokens(slots0, k0, v0);
+  {
+    const PagedView view = step.view(0, 1);  // the chunk's own tokens are visible to its attention
+    EXPECT_EQ(view.length(), 6u);
+    EXPECT_EQ(view.pages(), 2u);
+    EXPECT_EQ(view.fill(0), 4u);
+    EXPECT_EQ(view.fill(1), 2u);
+  }
+  step.commit();
+  EXPECT_FALSE(step.open());
+  EXPECT_THROW(step.commit(), InvalidArgument);
   EXPECT_TRUE(st.block_table(s)[0].sealed);
   EXPECT_NE(st.block_table(s)[0].hash, 0u);
   // same bytes as the one-call append
   const SeqId u = st.create_sequence();
   st.append(u, r.ids, r.k, r.v);
   for (int l = 0; l < 2; ++l) {
-    const auto a = st.pool(PageFormat::kFp8).bytes(st.block_table(s)[1].layers[l].id);
-    const auto b = st.pool(PageFormat::kFp8).bytes(st.block_table(u)[1].layers[l].id);
-    const auto& L = st.pool(PageFormat::kFp8).layout();
+    const auto a = st.host_storage()->bytes(st.block_table(s)[1].layers[l]);
+    const auto b = st.host_storage()->bytes(st.block_table(u)[1].layers[l]);
+    const auto& L = st.host_storage()->layout(PageFormat::kFp8);
     EXPECT_EQ(std::memcmp(a.data() + L.k_codes(0, 0), b.data() + L.k_codes(0, 0), 2 * L.row_bytes()), 0);
   }
   st.check_invariants();
 }
 
-TEST(KvStore, PinOfOneLayerHoldsOnlyThatLayersPages) {
+// A step that ends without committing (an exception, or layers left unwritten) leaves the store as it
+// was: lengths, block tables, free lists and reference counts; one that was fully written commits itself.
+TEST(ForwardStep, AnAbandonedStepRollsBackAndACompleteOneCommitsItself) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  auto c = small_config(16, 16);
+  KvStore st(c);
+  const SeqId a = st.create_sequence(), b = st.create_sequence();
+  const auto ra = random_rows(rng, c, 3), rb = random_rows(rng, c, 8);
+  st.append(a, ra.ids, ra.k, ra.v);  // a partial page of 3
+  st.append(b, rb.ids, rb.k, rb.v);  // two full pages
+  const auto table_a = st.block_table(a), table_b = st.block_table(b);
+  const auto free_before = st.pool(PageFormat::kFp8).free_list_snapshot();
+  const auto acc_before = st.accounting();
+  const std::vector<int32_t> more(6, 7);
+  const std::vector<KvStore::AppendChunk> chunks{{a, more}, {b, more}};
+  try {
+    ForwardStep step = st.begin_step(chunks);
+    EXPECT_EQ(st.length(a), 9u);
+    const PagedView held = step.view(1, 0);  // a reader still holding a new page when the step ends
+    (void)step.write_slots(0, 0);
+    throw std::runtime_error("the pass failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(st.length(a), 3u);
+  EXPECT_EQ(st.length(b), 8u);
+  EXPECT_EQ(st.tokens(a), ra.ids);
+  const auto after_a = st.block_table(a), after_b = st.block_table(b);
+  ASSERT_EQ(after_a.size(), table_a.size());
+  ASSERT_EQ(after_b.size(), table_b.size());
+  for (size_t i = 0; i < after_a.size(); ++i) {
+    EXPECT_EQ(after_a[i].layers, table_a[i].layers);
+    EXPECT_EQ(after_a[i].filled, table_a[i].filled);
+    EXPECT_EQ(after_a[i].sealed, table_a[i].sealed);
+  }
+  for (size_t i = 0; i < after_b.size(); ++i) EXPECT_EQ(after_b[i].layers, table_b[i].layers);
+  auto sorted = [](std::vector<PageId> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted(st.pool(PageFormat::kFp8).free_list_snapshot()), sorted(free_before));
+  EXPECT_EQ(st.accounting().used_bytes(), acc_before.used_bytes());
+  st.check_invariants();
+
+  {  // unwritten layers, no exception: rolled back as well
+    ForwardStep step = st.begin_step(chunks);
+    (void)step.write_slots(0, 0);
+  }
+  EXPECT_EQ(st.length(a), 3u);
+  st.check_invariants();
+
+  {  // every layer written: commits itself, sealing a's now full page
+    ForwardStep step = st.begin_step(chunks);
+    for (size_t i = 0; i < 2; ++i)
+      for (int l = 0; l < c.layers; ++l) {
+        const auto slots = step.write_slots(i, l);
+        const std::vector<float> kv(slots.size() * c.kv_heads * c.head_dim, 0.25f);
+        st.host_storage()->write_tokens(slots, kv, kv);
+      }
+  }
+  EXPECT_EQ(st.length(a), 9u);
+  EXPECT_EQ(st.length(b), 14u);
+  EXPECT_TRUE(st.block_table(a)[1].sealed);
+  EXPECT_FALSE(st.block_table(a)[2].sealed);
+  st.check_invariants();
+}
+
+TEST(ForwardStep, ACapacityErrorChangesNothing) {
+  auto rng = testing::rng_for_test();
+  auto c = small_config(4, 4);  // two logical pages of two layers
+  KvStore st(c);
+  const SeqId a = st.create_sequence(), b = st.create_sequence();
+  const auto r = random_rows(rng, c, 4);
+  st.append(a, r.ids, r.k, r.v);
+  const std::vector<int32_t> five(5, 1), one(1, 1);
+  const std::vector<KvStore::AppendChunk> chunks{{b, one}, {a, five}};  // 3 logical pages, room for 1
+  EXPECT_THROW((void)st.begin_step(chunks), OutOfCapacity);
+  EXPECT_EQ(st.length(a), 4u);
+  EXPECT_EQ(st.length(b), 0u);
+  const std::vector<KvStore::AppendChunk> twice{{a, one}, {a, one}};
+  EXPECT_THROW((void)st.begin_step(twice), InvalidArgument);
+  EXPECT_EQ(st.length(a), 4u);
+  st.check_invariants();
+}
+
+TEST(PagedView, HoldsOnlyItsLayersPages) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   auto c = small_config();
@@ -322,27 +430,28 @@ TEST(KvStore, PinOfOneLayerHoldsOnlyThatLayersPages) {
   st.append(s, r.ids, r.k, r.v);
   const auto reader = static_cast<int>(RefKind::kReader);
   {
-    const auto pin = st.pin(s, 1);
-    EXPECT_EQ(pin.rows().size(), 3u);
+    const auto view = st.view(s, 1);
+    EXPECT_EQ(view.pages(), 3u);
+    EXPECT_EQ(view.length(), 9u);
+    EXPECT_EQ(view.last_page_fill(), 1u);
     const auto table = st.block_table(s);
-    for (size_t i = 0; i < pin.rows().size(); ++i) {
-      EXPECT_EQ(pin.rows()[i].size(), 1u);  // only the pinned layer is copied
-      EXPECT_EQ(pin.rows().at(i, 1), table[i].layers[1]);
-      EXPECT_EQ(st.refs(pin.rows().at(i, 1))[reader], 1u);
+    for (size_t i = 0; i < view.pages(); ++i) {
+      EXPECT_EQ(view.page(i), table[i].layers[1]);
+      EXPECT_EQ(view.entries()[i], table[i].layers[1]);
+      EXPECT_EQ(st.refs(view.page(i))[reader], 1u);
       EXPECT_EQ(st.refs(table[i].layers[0])[reader], 0u);
     }
-    EXPECT_THROW((void)pin.rows().at(0, 0), InvalidArgument);
-    EXPECT_THROW((void)pin.rows().at(3, 1), InvalidArgument);
-    EXPECT_EQ(pin.layer(1).ids[static_cast<int>(PageFormat::kFp8)].size(), 3u);
-    EXPECT_THROW(pin.layer(0), InvalidArgument);
+    EXPECT_THROW((void)view.page(3), InvalidArgument);
+    EXPECT_EQ(view.by_format().ids[static_cast<int>(PageFormat::kFp8)].size(), 3u);
     st.check_invariants();
   }
   {
     const auto full = st.pin(s);  // the full pin, alone
     for (const auto& row : full.rows()) EXPECT_EQ(st.refs(row[1])[reader], 1u);
+    EXPECT_THROW((void)full.rows().at(0, c.layers), InvalidArgument);
   }
   for (const auto& row : st.block_table(s)) EXPECT_EQ(st.refs(row.layers[1])[reader], 0u);
-  EXPECT_THROW(st.pin(s, c.layers), InvalidArgument);
+  EXPECT_THROW((void)st.view(s, c.layers), InvalidArgument);
   st.check_invariants();
 }
 

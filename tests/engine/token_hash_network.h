@@ -35,7 +35,7 @@ class TokenHashNetwork final : public engine::Network {
     if (all_logits) throw std::invalid_argument("TokenHashNetwork: all_logits is not supported");
     std::vector<cache::KvStore::AppendChunk> appends;
     for (const auto& c : chunks) appends.push_back({c.seq, c.ids});
-    store.begin_append_batch(appends);  // throws OutOfCapacity before any change
+    cache::ForwardStep step = store.begin_step(appends);  // throws OutOfCapacity before any change
     const size_t V = static_cast<size_t>(cfg_.vocab_size);
     std::vector<float> out(chunks.size() * V, 0.0f);
     if (page_scores) page_scores->assign(chunks.size(), {});
@@ -43,8 +43,8 @@ class TokenHashNetwork final : public engine::Network {
       const auto& c = chunks[i];
       const size_t row = c.ids.size() * static_cast<size_t>(cfg_.num_key_value_heads * cfg_.head_dim);
       const std::vector<float> zeros(row, 0.0f);
-      for (int l = 0; l < cfg_.num_hidden_layers; ++l) store.write_layer(c.seq, l, zeros, zeros);
-      store.commit_append(c.seq);
+      for (int l = 0; l < cfg_.num_hidden_layers; ++l)
+        store.host_storage()->write_tokens(step.write_slots(i, l), zeros, zeros);
       const auto history = store.tokens(c.seq);
       uint64_t h = 1469598103934665603ull;
       for (int32_t t : history) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
@@ -58,6 +58,7 @@ class TokenHashNetwork final : public engine::Network {
       }
       ++passes_rows_;
     }
+    step.commit();
     return out;
   }
   size_t rows() const { return passes_rows_; }

@@ -24,8 +24,8 @@
 #include "minimakv/codec/rotation.h"
 
 namespace minimakv::cache {
-class KvStore;
-class PinnedSequence;
+class HostPageStorage;
+class PagedView;
 }  // namespace minimakv::cache
 
 namespace minimakv::attention {
@@ -69,8 +69,8 @@ struct AttendOptions {
 void attend(const LayerInput& in, const QueryBlock& qb, std::span<float> out, PagePartials* partials = nullptr,
             const AttendOptions& opt = {});
 
-// The layer's pages of a pinned sequence, in logical order, as the kernel reads them.
-LayerInput layer_input(const cache::KvStore& store, const cache::PinnedSequence& pin, int layer, int q_heads);
+// The pages of a paged view, in logical order, as the kernel reads them from host storage.
+LayerInput layer_input(const cache::HostPageStorage& storage, const cache::PagedView& view, int q_heads);
 
 // Page scores of eq. 7-9: q_{h,p} = exp(m_p - m) l_p / l, renormalised over the pages, averaged over
 // the query heads in `heads` (all when empty) and over the queries. Result: one r_p per page.

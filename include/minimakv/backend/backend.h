@@ -79,6 +79,7 @@ struct DeviceMemory {
 };
 
 // Rows [row, row + n) of a forward pass belong to sequence `seq` at positions first, first + 1, ...
+// The i-th SeqRows of a pass is the i-th sequence of its cache::ForwardStep.
 struct SeqRows {
   cache::SeqId seq = 0;
   int row = 0, n = 0;
@@ -171,26 +172,27 @@ class Backend {
 
   // ---- attention through the paged KV cache
   virtual std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) = 0;
-  // q: [rows][q_heads][head_dim] after RoPE; k, v: [rows][kv_heads][head_dim]; out like q. Every
-  // sequence must have begun an append of its rows (KvStore::begin_append_batch). page_scores, when
+  // q: [rows][q_heads][head_dim] after RoPE; k, v: [rows][kv_heads][head_dim]; out like q. The step
+  // holds the pass's appends: attention writes the layer's K/V at its write slots (into the step's
+  // storage) and reads each sequence through its paged view; it never sees the store. page_scores, when
   // given, has one vector per sequence, to which this layer adds each logical page's score (eq. 7-9,
   // averaged over the query heads and the sequence's rows) times `score_weight`. A backend may keep
   // the sum on its device from layer 0 on and add it to page_scores only in collect_page_scores(),
   // which the forward pass calls once after its last layer.
-  virtual void attention(cache::KvStore& store, int layer, std::span<const SeqRows> seqs, const Tensor& q,
+  virtual void attention(cache::ForwardStep& step, int layer, std::span<const SeqRows> seqs, const Tensor& q,
                          const Tensor& k, const Tensor& v, Tensor& out, int q_heads,
                          std::vector<std::vector<float>>* page_scores, float score_weight) = 0;
   virtual void collect_page_scores(std::vector<std::vector<float>>& /*page_scores*/) {}
   virtual AttentionStats attention_stats() const { return {}; }
 
   // ---- forward passes
-  // A forward pass calls begin_forward once its inputs are validated and its appends begun, and
+  // A forward pass calls begin_forward once its inputs are validated and its step begun, and
   // end_forward(true) after its last computing call, before it reads anything back (to_host,
   // collect_page_scores); end_forward(false) when it is abandoned by an exception. Between the two a
   // backend may only queue the calls' work, and tensors allocated in between live until the next
   // begin_forward: this lets the CUDA backend capture a decode step's launches in a graph once and
   // replay it for later steps of the same shape, running only the host-side bookkeeping per call.
-  virtual void begin_forward(cache::KvStore& /*store*/, std::span<const SeqRows> /*seqs*/, bool /*page_scores*/) {}
+  virtual void begin_forward(cache::ForwardStep& /*step*/, std::span<const SeqRows> /*seqs*/, bool /*page_scores*/) {}
   virtual void end_forward(bool /*completed*/) {}
   // Graph replay on or off (on by default where the backend has it; MINIMAKV_CUDA_GRAPHS=0 in the
   // environment turns it off for the CUDA backend). Results are bit-identical either way.

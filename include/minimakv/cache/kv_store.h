@@ -1,13 +1,18 @@
-// The paged KV store: sequences, block tables, the ownership protocol, prefix cache and accounting.
+// The paged KV store: sequences, block tables, the ownership protocol and accounting; metadata only.
 //
-// Owns: one PagePool per physical format (BF16, FP8, TQ3), every sequence's block table, the prefix
-// cache and the reader pins. Implements the paper's Algorithm 1:
-//   Append   writes tokens' K/V into the Recent page (quantize on write), allocating when it is full;
+// Owns: the metadata of one PagePool per page format, every sequence's block table, the reader pins, the
+// prefix cache (cache::PrefixCache) and a PageStorage holding the bytes (cache::HostPageStorage unless
+// the caller gives one, e.g. the CUDA backend's device pools). The store never touches a page byte: it
+// hands every byte operation of its protocol (copy-on-write, conversions) to the storage, and appended
+// tokens are written by the caller at the write slots of a ForwardStep. Implements the paper's
+// Algorithm 1:
+//   Append   begin_step() reserves the chunk's positions (allocating pages when the last is full); the
+//            step hands out each layer's write slots and paged views, then commits (or rolls back);
 //   Retier   FP8 -> TQ3 copy-before-publish: conversion reference on the source, destination allocated
 //            and fully written, block-table entry swapped, source released (it is freed only once its
 //            readers and the conversion have cleared);
 //   Promote  TQ3 -> FP8: reconstruct, publish, retire the compressed reference;
-//   Seal     a full page becomes immutable and binds to its chained prefix hash;
+//   Seal     a full page becomes immutable and binds to its chained prefix hash (at commit);
 //   Fork     a new sequence shares every full page; the partial last page is copied (copy-on-write);
 //   Finish   releases the request references; cached pages stay until evicted.
 // Invariants (check_invariants(), run after every mutating call in debug builds):
@@ -15,34 +20,32 @@
 //   * a layer-page is on its pool's free list iff its request, cache, reader and conversion counts are
 //     all zero, and each count equals the number of holders of that kind;
 //   * full pages are sealed and never written again; a TQ3 page is always full and sealed;
-//   * Stale rows are TQ3 except in protected layers, which are always FP8;
+//   * each page is in the format cache::storage_format() gives its tier and layer;
 //   * accounting computed from scratch equals the incremental counters, to the byte.
 // Demoting a page shared by several sequences changes only the row of the sequence the plan names
 // (a per-holder decision); the TQ3 copy binds to the page's prefix hash, so when another holder is
 // demoted it rebinds to that copy instead of converting again (and promotion rebinds to a cached FP8
 // copy the same way).
 // Thread safety: one mutex serialises metadata; apply() converts bytes outside the lock (sources are
-// sealed, destinations private) and re-validates each entry before publishing; readers pin a sequence
-// (reader references) and read page bytes without the lock. One writer appends to a given sequence.
-// Page bytes live in the host pools, or, when the store is built with a PageStorage, in that storage
-// (device memory): the store then keeps metadata only, hands copy-on-write and conversions to the
-// storage, and the engine writes appended tokens itself at the slots claim_layer_slots() returns.
+// sealed, destinations private) and re-validates each entry before publishing; readers pin pages
+// (reader references) and read their bytes without the lock. One step at a time appends to a sequence.
 // Errors throw (OutOfCapacity, InvalidArgument) and leave the store unchanged.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "minimakv/cache/forward_step.h"
+#include "minimakv/cache/host_page_storage.h"
 #include "minimakv/cache/page_pool.h"
 #include "minimakv/cache/page_storage.h"
+#include "minimakv/cache/prefix_cache.h"
 #include "minimakv/cache/types.h"
 #include "minimakv/codec/page_codec.h"
 
@@ -58,8 +61,7 @@ struct StoreConfig {
   size_t& pages_of(PageFormat f) { return pages[static_cast<size_t>(f)]; }
   size_t pages_of(PageFormat f) const { return pages[static_cast<size_t>(f)]; }
   // Most layer-pages of each format the prefix cache may hold (counted once per page).
-  std::array<size_t, codec::kNumPageFormats> cache_quota{
-      std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max()};
+  FormatCounts cache_quota = kNoQuota;
   std::vector<int> protected_layers;  // stay FP8 in every tier
   KvMode mode = KvMode::kMinima;
   bool prefix_caching = true;
@@ -108,19 +110,17 @@ struct CompactLayerView {
 
 class KvStore;
 
-// The block table a pin took, in one allocation: for each logical page the entries of the layers the
-// pin holds (every layer, or the one layer of a layer pin). at(page, layer) takes a layer number and
-// throws for a layer the pin does not hold; row i (operator[]) spans the held layers only.
+// The block table a pin took, in one allocation: for each logical page the entries of every layer.
+// at(page, layer) throws for an index out of range; row i (operator[]) spans the layers.
 class PinnedRows {
  public:
   size_t size() const { return layers_ ? flat_.size() / layers_ : 0; }
   bool empty() const { return flat_.empty(); }
   std::span<const PageEntry> operator[](size_t i) const { return {flat_.data() + i * layers_, layers_}; }
   std::span<const PageEntry> back() const { return (*this)[size() - 1]; }
-  bool holds(int layer) const { return layer >= first_layer_ && static_cast<size_t>(layer - first_layer_) < layers_; }
   PageEntry at(size_t page, int layer) const {
-    if (!holds(layer) || page >= size()) throw_out_of_range(page, layer);
-    return flat_[page * layers_ + static_cast<size_t>(layer - first_layer_)];
+    if (layer < 0 || static_cast<size_t>(layer) >= layers_ || page >= size()) throw_out_of_range(page, layer);
+    return flat_[page * layers_ + static_cast<size_t>(layer)];
   }
   class iterator {
    public:
@@ -144,11 +144,11 @@ class PinnedRows {
   [[noreturn]] void throw_out_of_range(size_t page, int layer) const;
   std::vector<PageEntry> flat_;
   size_t layers_ = 0;
-  int first_layer_ = 0;
 };
 
-// Reader pin on the layer-pages of a sequence (every layer, or one), taken at pin time; released on
-// destruction.
+// Reader pin on every layer-page of a sequence, taken at pin time; released on destruction. (A reader
+// of one layer takes a PagedView instead.) bytes() reads a page of a store whose bytes are in host
+// memory, and throws for any other storage.
 class PinnedSequence {
  public:
   PinnedSequence(PinnedSequence&& o) noexcept;
@@ -156,9 +156,7 @@ class PinnedSequence {
   ~PinnedSequence();
   size_t length() const { return length_; }
   uint32_t last_page_fill() const { return last_fill_; }
-  const PinnedRows& rows() const { return rows_; }  // [logical page][held layer]; at(page, layer)
-  // The pinned pages of layer l grouped by format (throws for a layer the pin does not hold).
-  CompactLayerView layer(int l) const;
+  const PinnedRows& rows() const { return rows_; }  // [logical page][layer]; at(page, layer)
   std::span<const uint8_t> bytes(PageEntry e) const;
 
  private:
@@ -173,6 +171,7 @@ class PinnedSequence {
 
 class KvStore {
  public:
+  // Without a storage the store keeps its bytes in a HostPageStorage of its own.
   explicit KvStore(StoreConfig cfg, std::unique_ptr<PageStorage> storage = nullptr);
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
@@ -180,10 +179,10 @@ class KvStore {
 
   const StoreConfig& config() const { return cfg_; }
   const codec::PageGeometry& geometry() const { return geo_; }
-  const PagePool& pool(PageFormat f) const { return *pools_[static_cast<int>(f)]; }
-  // The external byte storage, or null when the bytes live in the host pools.
-  PageStorage* storage() const { return storage_.get(); }
-  std::span<const codec::Rotation> rotations(int layer) const;
+  const PagePool& pool(PageFormat f) const { return *pools_[codec::format_index(f)]; }
+  // Where the page bytes live, and the same storage when it is host memory (else null).
+  PageStorage& storage() const { return *storage_; }
+  HostPageStorage* host_storage() const { return host_; }
   bool is_protected(int layer) const { return protected_[layer]; }
   // Format of newly appended pages: BF16 in bf16 mode, else FP8.
   PageFormat append_format() const { return cache::append_format(cfg_.mode); }
@@ -195,30 +194,18 @@ class KvStore {
   // A new sequence whose leading full pages are installed from the prefix cache. Returns the sequence
   // and the number of tokens it already holds (a multiple of tokens_per_page); append the rest.
   std::pair<SeqId, size_t> create_sequence_with_prefix(std::span<const int32_t> tokens);
-  // ids: n tokens; k, v: [n][layers][kv_heads][head_dim] floats. Same as the three calls below.
-  void append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v);
-  // The engine's append, one layer at a time as the forward pass produces K/V: begin_append reserves the
-  // positions in every layer (capacity checked first; the length grows at once, so a pin taken for the
-  // chunk's own attention sees them), write_layer quantizes one layer's K/V ([n][kv_heads][head_dim]),
-  // commit_append seals the pages that became full once every layer is written. A layer's attention
-  // must only run after that layer's write_layer.
-  void begin_append(SeqId seq, std::span<const int32_t> ids);
-  // begin_append of several distinct sequences at once (batched decode): capacity for all of them is
-  // checked first, so on failure no sequence changes.
+  // One forward step's appends: capacity for every chunk is checked first (OutOfCapacity, InvalidArgument
+  // for a finished sequence, one appearing twice or one with a step in flight, all leaving the store
+  // unchanged); then each sequence's length grows at once, so a view taken for the chunk's own attention
+  // sees it. The returned step hands out write slots and views, and commits or rolls back
+  // (cache/forward_step.h). Chunks may be empty (nothing is appended for them).
   struct AppendChunk {
     SeqId seq;
     std::span<const int32_t> ids;
   };
-  void begin_append_batch(std::span<const AppendChunk> chunks);
-  void write_layer(SeqId seq, int layer, std::span<const float> k, std::span<const float> v);
-  // For external storage: marks `layer` of the pending append as written and returns, per pending
-  // token in order, the page it belongs in and its slot there; the caller writes the bytes.
-  struct Slot {
-    PageEntry page;
-    uint32_t token;
-  };
-  std::vector<Slot> claim_layer_slots(SeqId seq, int layer);
-  void commit_append(SeqId seq);
+  ForwardStep begin_step(std::span<const AppendChunk> chunks);
+  // A whole append in one call on a host store: ids, n tokens; k, v: [n][layers][kv_heads][head_dim].
+  void append(SeqId seq, std::span<const int32_t> ids, std::span<const float> k, std::span<const float> v);
   SeqId fork(SeqId parent);
   void finish(SeqId seq);
 
@@ -238,10 +225,10 @@ class KvStore {
   ApplyResult apply(std::span<const Transition> plan);
 
   // ---- readers
-  // Pins every layer-page of the sequence, or with only_layer >= 0 just that layer's pages (rows() then
-  // holds that layer's entries alone: a per-layer reader such as the GPU attention needs no more, and a
-  // decode step that pins each layer of each sequence copies each block-table entry once).
-  PinnedSequence pin(SeqId seq, int only_layer = -1) const;
+  // Pins every layer-page of the sequence.
+  PinnedSequence pin(SeqId seq) const;
+  // Pins the pages of one layer of the sequence (the paged view attention reads).
+  PagedView view(SeqId seq, int layer) const;
 
   // ---- prefix cache
   size_t evict_cached(size_t max_variants);                     // oldest first, only variants no sequence holds
@@ -254,7 +241,6 @@ class KvStore {
   size_t length(SeqId seq) const;
   std::vector<int32_t> tokens(SeqId seq) const;  // the token ids the sequence holds, in order
   std::vector<LogicalPageInfo> block_table(SeqId seq) const;
-  CompactLayerView layer_view(SeqId seq, int layer) const;
   std::array<uint32_t, kNumRefKinds> refs(PageEntry e) const;
   Accounting accounting() const;
   // Layer-pages of format f an allocation could get now: free ones plus those evicting prefix-cache
@@ -265,79 +251,58 @@ class KvStore {
 
  private:
   friend class PinnedSequence;
+  friend class PagedView;
+  friend class ForwardStep;
   struct Row {
     Tier tier = Tier::kRecent;
     uint32_t filled = 0;
     bool sealed = false;
     uint64_t hash = 0;
-    int32_t variant = -1;  // prefix-cache variant this row is bound to
+    PrefixCache::Variant variant = PrefixCache::kNone;  // prefix-cache variant this row is bound to
     std::vector<PageEntry> layers;
   };
   struct Sequence {
     std::vector<Row> rows;
     std::vector<int32_t> tokens;
     bool live = true;
-    size_t pending = 0;         // tokens of an append in progress
-    size_t pending_first = 0;   // their first position
-    std::vector<bool> written;  // layers written so far
-  };
-  struct Variant {  // one cached copy of a sealed logical page: FP8 (kind Recent) or Stale
-    uint64_t hash = 0;
-    Tier kind = Tier::kRecent;
-    std::vector<PageEntry> row;
-    uint32_t holders = 0;  // rows bound to it, plus planned rebinds of a checkpoint in flight
-    uint32_t planned = 0;
-    int32_t prev = -1, next = -1;
-    bool in_lru = false;
-    bool used = false;
+    size_t pending = 0;        // tokens of a step in flight
+    size_t pending_first = 0;  // their first position
   };
 
-  PagePool& pool_mut(PageFormat f) { return *pools_[static_cast<int>(f)]; }
+  PagePool& pool_mut(PageFormat f) { return *pools_[codec::format_index(f)]; }
   Sequence& live_seq(SeqId seq, const char* where);
   const Sequence& live_seq(SeqId seq, const char* where) const;
   uint64_t page_hash(uint64_t parent, std::span<const int32_t> tokens) const;
-  void add_ref(PageEntry e, RefKind k);
-  void release(PageEntry e, RefKind k);
+  void hold(Row& r, PrefixCache::Variant v);
+  void unhold(Row& r);
   void release_row(Row& r);
   // Frees cached pages until `need` pages of format f are free; throws OutOfCapacity (changing
   // nothing) when even evicting every unheld variant would not free enough.
   void reserve_free(PageFormat f, size_t need);
-  size_t freeable_by_eviction(PageFormat f, const std::unordered_set<int32_t>* keep = nullptr) const;
-  // prefix-cache internals
-  int32_t find_variant(uint64_t hash, Tier kind) const;
-  int32_t bind_variant(uint64_t hash, Tier kind, const std::vector<PageEntry>& row);
-  void evict_variant(int32_t v);
-  void hold(Row& r, int32_t v);
-  void unhold(Row& r);
-  void lru_push(int32_t v);
-  void lru_remove(int32_t v);
   void seal_row(Sequence& s, size_t index);
   void unpin(uint64_t pin_id) const;
-  std::span<const uint8_t> page_bytes(PageEntry e) const { return pool(e.format).bytes(e.id); }
+  uint64_t pin_entries(std::span<const PageEntry> entries) const;  // takes reader references
   void debug_check() const;
   Accounting accounting_locked() const;
   void check_invariants_locked() const;
 
-  void check_layer_write(const Sequence& s, int layer, const char* where) const;
-  // Page and slot of every token of the pending append in `layer`, in order.
-  std::vector<Slot> pending_slots(const Sequence& s, int layer) const;
+  // The ForwardStep's side of an append.
+  std::vector<WriteSlot> step_slots(SeqId seq, int layer) const;
+  void step_commit(std::span<const SeqId> seqs);
+  void step_abandon(std::span<const SeqId> seqs) noexcept;
 
   StoreConfig cfg_;
   codec::PageGeometry geo_;
   std::unique_ptr<PageStorage> storage_;
+  HostPageStorage* host_ = nullptr;
   std::vector<bool> protected_;
-  std::array<std::unique_ptr<PagePool>, codec::kNumPageFormats> pools_;
-  std::vector<std::vector<codec::Rotation>> rotations_;  // [layer][kv head]
+  PagePools pools_;
+  PrefixCache cache_;
   std::unordered_map<SeqId, Sequence> seqs_;
   SeqId next_seq_ = 1;
-  std::vector<Variant> variants_;
-  std::vector<int32_t> free_variants_;
-  std::unordered_map<uint64_t, std::array<int32_t, 2>> by_hash_;  // [FP8/BF16 copy, Stale copy]
-  int32_t lru_head_ = -1, lru_tail_ = -1;                         // head = oldest
-  std::array<size_t, codec::kNumPageFormats> cached_pages_{};
-  // Reader pins: id -> the pinned layer-pages, viewed in the pin's own table (a PinnedSequence keeps
-  // that buffer, across moves, until its destructor has called unpin). Mutable: pinning is logically
-  // const.
+  // Reader pins: id -> the pinned layer-pages, viewed in the pin's own table (a PinnedSequence or
+  // PagedView keeps that buffer, across moves, until its destructor has called unpin). Mutable:
+  // pinning is logically const.
   mutable std::unordered_map<uint64_t, std::span<const PageEntry>> pins_;
   mutable uint64_t next_pin_ = 1;
   mutable std::mutex mu_;

@@ -1,15 +1,14 @@
-// A fixed-capacity pool of layer-pages of one physical format, with per-page reference counts by kind.
+// The metadata of a fixed-capacity pool of layer-pages of one physical format: which pages are free, and
+// each page's reference counts by kind. The bytes live in a cache::PageStorage.
 //
-// Owns: the storage of every page (allocated once, at construction), the free list, and per-page
-// metadata. Invariants: page 0 is the null page, never allocated; a page is on the free list iff all its
-// reference counts are zero; allocate() never allocates heap memory; a sealed page's bytes are never
-// handed out for writing (mutable_bytes() refuses). Not thread-safe: the KvStore serialises calls.
+// Owns: the free list and per-page metadata (sized once, at construction). Invariants: page 0 is the
+// null page, never allocated; a page is on the free list iff all its reference counts are zero;
+// allocate() never allocates heap memory. Not thread-safe: the KvStore serialises calls.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "minimakv/cache/types.h"
@@ -27,8 +26,7 @@ struct PageMeta {
 
 class PagePool {
  public:
-  // host_bytes = false: metadata only (the bytes live in a cache::PageStorage); bytes() then throws.
-  PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages, bool host_bytes = true);
+  PagePool(PageFormat format, codec::PageGeometry geometry, size_t capacity_pages);
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -48,23 +46,16 @@ class PagePool {
   void seal(PageId id);
 
   const PageMeta& meta(PageId id) const;
-  std::span<const uint8_t> bytes(PageId id) const;
-  // Writable bytes of an unsealed, in-use page.
-  std::span<uint8_t> mutable_bytes(PageId id);
   bool valid(PageId id) const { return id != kNullPage && id <= capacity_; }
-  bool has_host_bytes() const { return host_bytes_; }
 
   // Free-list order (next allocation first), for tests that assert exact ids.
   std::vector<PageId> free_list_snapshot() const { return {free_.rbegin(), free_.rend()}; }
 
  private:
   void check(PageId id, const char* where) const;
-  void check_host(const char* where) const;
   codec::PageLayout layout_;
   size_t capacity_;
-  bool host_bytes_;
-  std::vector<uint8_t> storage_;  // (capacity + 1) pages; page 0 is the null page
-  std::vector<PageMeta> meta_;
+  std::vector<PageMeta> meta_;    // capacity + 1 entries; entry 0 is the null page's
   std::vector<PageId> free_;      // stack: back() is allocated next
 };
 

@@ -1,13 +1,15 @@
-// Where page bytes live when they are not in host memory, and the operations that move them.
+// Where page bytes live, and the byte operations of the ownership protocol.
 //
-// The KvStore owns the protocol (block tables, reference counts, publish order); a PageStorage owns the
-// bytes. Without one, the store keeps every page in its host pools and the CPU codec writes them. With
-// one (the CUDA backend's device pools), the host pools keep only metadata, and every byte operation the
-// protocol performs (copy-on-write at fork, FP8 <-> TQ3 conversion at a checkpoint) is handed to the
-// storage. Page ids are shared: host PageId p of format f names the storage's page p of format f.
+// The KvStore owns the protocol (block tables, reference counts, pins, publish order) and never touches a
+// page byte; a PageStorage owns the bytes. Two implementations: cache::HostPageStorage (host memory, the
+// CPU codec; the default of every store) and the CUDA backend's device pools. The store hands the
+// storage every byte operation the protocol itself performs (copy-on-write at fork, FP8 <-> TQ3
+// conversion at a checkpoint); appended tokens are written by whoever computed them (the backend) at the
+// write slots an append hands out, into the same storage. Page ids are shared: PageId p of format f in
+// the store's metadata names the storage's page p of format f.
 // Ordering contract: a storage executes its operations, and the engine's reads and writes of its pages,
-// in submission order (one CUDA stream), so a page released by the protocol is never overwritten before
-// every operation submitted earlier that reads it has run.
+// in submission order (host: at once; device: one CUDA stream), so a page released by the protocol is
+// never overwritten before every operation submitted earlier that reads it has run.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,12 @@
 #include "minimakv/cache/types.h"
 
 namespace minimakv::cache {
+
+// Where one appended token of one layer goes: its layer-page and its slot (token index) there.
+struct WriteSlot {
+  PageEntry page;
+  uint32_t token = 0;
+};
 
 class PageStorage {
  public:
