@@ -212,19 +212,4 @@ __device__ inline void write_merged(float plain, float rot, float mm, float ll, 
   }
 }
 
-// q_rot[row][hq] = R_{kv head} q[row][hq]: one block of D threads per (row, query head), rotating the
-// queries once for every TQ3 branch. The one rotation kernel of decode and prefill. live_rows, when
-// given, is a row count read on the device (a decode step launched at its workspace's capacity from a
-// graph): rows past it are skipped. In an unnamed namespace: each kernel file gets its own instance.
-namespace {
-template <int D>
-__global__ void rotate_rows_kernel(AttendParams p, const int32_t* live_rows) {
-  const int row = blockIdx.x, hq = blockIdx.y;
-  if (live_rows && row >= *live_rows) return;
-  __shared__ float x[D];
-  const size_t o = (static_cast<size_t>(row) * p.q_heads + hq) * D;
-  rotate_query<D>(p.q + o, p.signs + hq / p.group * D, x, p.q_rot + o);
-}
-}  // namespace
-
 }  // namespace minimakv::cuda::detail

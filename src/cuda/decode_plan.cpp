@@ -97,4 +97,16 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
   return plan;
 }
 
+std::vector<MergeRange> decode_merge_ranges(const DecodePlan& plan) {
+  const size_t items = static_cast<size_t>(plan.batch) + 1;
+  require(plan.batch >= 0 && plan.seq_split_begin.size() == codec::kNumPageFormats * items,
+          "decode_merge_ranges: seq_split_begin must hold 3 * (batch + 1) offsets");
+  std::vector<MergeRange> ranges;
+  ranges.reserve(static_cast<size_t>(plan.batch) * codec::kNumPageFormats);
+  for (int b = 0; b < plan.batch; ++b)
+    for (int f = 0; f < codec::kNumPageFormats; ++f)
+      ranges.push_back({plan.seq_split_begin[f * items + b], plan.seq_split_begin[f * items + b + 1]});
+  return ranges;
+}
+
 }  // namespace minimakv::cuda

@@ -33,7 +33,7 @@ constexpr int kThreads = 32 * kWarps;
 
 struct StepParams : AttendParams {
   const uint8_t* plan;
-  uint32_t off_seq, off_split, off_entry;
+  uint32_t off_seq, off_split, off_entry, off_merge;
 };
 
 // The plan blob's header: {splits of every format, batch, entries, 0}.

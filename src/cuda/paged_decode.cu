@@ -10,10 +10,11 @@
 #include <string>
 
 #include "attention_device.cuh"
+#include "attention_kernels.cuh"
 #include "decode_split.cuh"
-#include "require.h"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_decode.h"
+#include "require.h"
 
 namespace minimakv::cuda {
 
@@ -22,86 +23,8 @@ namespace {
 using namespace detail;
 using namespace decode_detail;
 
-// One CTA of kMergeThreads per (batch item, query head). An item may have hundreds of partials, and at
-// batch 1 there are only q_heads CTAs, so the loop over the partials is spread over 16 warps: pass 1
-// takes the maximum with every thread striding over the partials; pass 2 gives each warp every
-// kWarps-th group of kUnroll partials, whose (m, l) and output rows it loads together before
-// accumulating (independent loads in flight instead of one round trip per partial); the warps' sums
-// are added in warp order. The order is fixed, so results are deterministic.
+// Decode's merge: 512 threads per (item, query head), the partials spread over all 16 warps.
 constexpr int kMergeThreads = 512;
-
-template <int D>
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(StepParams p) {
-  constexpr int kWarps = kMergeThreads / 32, kPer = D / 32, kUnroll = D >= 256 ? 4 : 8;
-  const int b = blockIdx.x, hq = blockIdx.y;
-  if (b >= plan_batch(p.plan)) return;
-  __shared__ float x[D];
-  __shared__ float warp_max[kWarps], warp_l[kWarps];
-  __shared__ float warp_sum[2][kWarps][D];  // [plain, rotated][warp][dim]
-  const int i = threadIdx.x, lane = i & 31, warp = i >> 5, h = hq / p.group;
-  const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
-  const int batch = plan_batch(p.plan);
-  float mm = -INFINITY;
-  for (int f = 0; f < codec::kNumPageFormats; ++f)
-    for (int s = offs[f * (batch + 1) + b] + i; s < offs[f * (batch + 1) + b + 1]; s += kMergeThreads) {
-      const size_t qh = static_cast<size_t>(s) * p.q_heads + hq;
-      if (p.part_l[qh] > 0.0f) mm = fmaxf(mm, p.part_m[qh]);
-    }
-  for (int o = 16; o > 0; o >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
-  if (lane == 0) warp_max[warp] = mm;
-  __syncthreads();
-  mm = warp_max[0];
-  for (int w = 1; w < kWarps; ++w) mm = fmaxf(mm, warp_max[w]);
-
-  float ll = 0.0f, plain[kPer] = {}, rot[kPer] = {};
-#pragma unroll
-  for (int f = 0; f < codec::kNumPageFormats; ++f) {
-    const int s0 = offs[f * (batch + 1) + b], s1 = offs[f * (batch + 1) + b + 1];
-    float acc[kPer] = {};
-    for (int base = s0 + warp * kUnroll; base < s1; base += kWarps * kUnroll) {
-      float w[kUnroll], v[kUnroll][kPer];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int s = base + u;
-        const size_t qh = static_cast<size_t>(s < s1 ? s : s0) * p.q_heads + hq;
-        const float ls = s < s1 ? p.part_l[qh] : 0.0f;
-        w[u] = ls > 0.0f ? ls * expf(p.part_m[qh] - mm) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float* o = p.part_o + (static_cast<size_t>(base + u < s1 ? base + u : s0) * p.q_heads + hq) * D;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j)
-          v[u][j] = w[u] > 0.0f ? o[lane + 32 * j] : 0.0f;  // an empty partial's O is unset
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        ll += w[u];
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) acc[j] += w[u] * v[u][j];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) ((codec::kRotatedFormats >> f) & 1u ? rot : plain)[j] += acc[j];
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    warp_sum[0][warp][lane + 32 * j] = plain[j];
-    warp_sum[1][warp][lane + 32 * j] = rot[j];
-  }
-  if (lane == 0) warp_l[warp] = ll;
-  __syncthreads();
-  float sum_plain = 0.0f, sum_rot = 0.0f, sum_l = 0.0f;
-  if (i < D)
-    for (int w = 0; w < kWarps; ++w) {
-      sum_plain += warp_sum[0][w][i];
-      sum_rot += warp_sum[1][w][i];
-      sum_l += warp_l[w];
-    }
-  const size_t bh = static_cast<size_t>(b) * p.q_heads + hq;
-  write_merged<D>(sum_plain, sum_rot, mm, sum_l, p.signs + h * D, x, p.out + bh * D,
-                  p.out_bf16 ? p.out_bf16 + bh * D : nullptr, p.m ? p.m + bh : nullptr, p.l ? p.l + bh : nullptr);
-}
 
 // One block per batch item: r_p = mean over query heads of each page's share / the head's total.
 __global__ void decode_page_score_kernel(StepParams p) {
@@ -202,7 +125,9 @@ void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNu
     rotate_rows_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p, plan_batch_word(p.plan));
   launch_split<D>(p, splits, exact_st, st);
   if (tq3 && exact) side.join(st);
-  merge_kernel<D><<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p);
+  const MergeParams mp{reinterpret_cast<const MergeRange*>(p.plan + p.off_merge), nullptr, plan_batch_word(p.plan), 1};
+  merge_partials_kernel<D, kMergeThreads, kMergeThreads / 32, D >= 256 ? 4 : 8, D >= 256 ? 1 : 2, false>
+      <<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p, mp);
   if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);
 }
 
@@ -215,7 +140,8 @@ DecodeWorkspace::DecodeWorkspace(const DecodeShape& shape, int max_batch, int ma
   off_seq_ = 16;
   off_split_ = codec::align_up(off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (max_batch + 1), 16);
   off_entry_ = codec::align_up(off_split_ + sizeof(PlanSplit) * max_splits, 16);
-  blob_bytes_ = codec::align_up(off_entry_ + sizeof(PlanEntry) * max_entries, 16);
+  off_merge_ = codec::align_up(off_entry_ + sizeof(PlanEntry) * max_entries, 16);
+  blob_bytes_ = codec::align_up(off_merge_ + sizeof(MergeRange) * codec::kNumPageFormats * max_batch, 16);
   staging_ = PinnedArray<uint8_t>(blob_bytes_);
   std::memset(staging_.get(), 0, blob_bytes_);
   plan_ = DeviceArray<uint8_t>(blob_bytes_);
@@ -282,6 +208,8 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
   if (!plan.splits.empty()) std::memcpy(blob + off_split_, plan.splits.data(), plan.splits.size() * sizeof(PlanSplit));
   if (!plan.entries.empty())
     std::memcpy(blob + off_entry_, plan.entries.data(), plan.entries.size() * sizeof(PlanEntry));
+  const std::vector<MergeRange> ranges = decode_merge_ranges(plan);
+  std::memcpy(blob + off_merge_, ranges.data(), ranges.size() * sizeof(MergeRange));
   stats_ = st;
   page_granular_ = granular;
   staged_batch_ = plan.batch;
@@ -302,11 +230,12 @@ void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io,
           "true))");
   const bool exact = size == LaunchSize::kStaged;
   if (exact) {  // only the parts of the blob the staged plan fills
-    const size_t parts[3][2] = {
+    const size_t parts[4][2] = {
         {0, off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (staged_batch_ + 1)},
         {off_split_,
          sizeof(PlanSplit) * static_cast<size_t>(std::accumulate(staged_splits_.begin(), staged_splits_.end(), 0))},
-        {off_entry_, sizeof(PlanEntry) * static_cast<size_t>(staged_entries_)}};
+        {off_entry_, sizeof(PlanEntry) * static_cast<size_t>(staged_entries_)},
+        {off_merge_, sizeof(MergeRange) * codec::kNumPageFormats * static_cast<size_t>(staged_batch_)}};
     for (const auto& [off, n] : parts)
       if (n)
         check(cudaMemcpyAsync(plan_.get() + off, staging_.get() + off, n, cudaMemcpyHostToDevice, stream),
@@ -325,6 +254,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io,
   p.off_seq = static_cast<uint32_t>(off_seq_);
   p.off_split = static_cast<uint32_t>(off_split_);
   p.off_entry = static_cast<uint32_t>(off_entry_);
+  p.off_merge = static_cast<uint32_t>(off_merge_);
   set_attend_params(p, pools, shape_, io, q_rot_.get(), part_o_.get(), part_m_.get(), part_l_.get());
   switch (shape_.head_dim) {
     case 64:

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "attention_device.cuh"
+#include "attention_kernels.cuh"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_prefill.h"
 #include "prefill_consume_mma.cuh"
@@ -72,43 +73,6 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   }
 }
 
-// One block per (row, query head): every partial of the row's query tile under one softmax, one
-// inverse rotation for the TQ3 share.
-template <int D>
-__global__ void prefill_merge_kernel(PrefillParams p) {
-  const int row = blockIdx.x, hq = blockIdx.y;
-  __shared__ float x[D];
-  const auto* seqs = reinterpret_cast<const PrefillSeqRec*>(p.plan + p.off_seq);
-  const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
-  const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
-  const auto* tiles = reinterpret_cast<const int32_t*>(p.plan + p.off_tiles);
-  const PrefillSeqRec sq = seqs[seq_of_row(seqs, p.n_seqs, row)];
-  const int t = row - sq.row_begin, G = p.group, h = hq / G, i = threadIdx.x;
-  const int tile = sq.tile_begin + t / p.tile_tokens, r = (t % p.tile_tokens) * G + hq % G;
-  const int w0 = tiles[tile], w1 = tiles[tile + 1];
-  float mm = -INFINITY;
-  for (int w = w0; w < w1; ++w) {
-    const size_t pr = (static_cast<size_t>(w) * p.kv_heads + h) * prefill_tile_rows(D) + r;
-    if (p.part_l[pr] > 0.0f) mm = fmaxf(mm, p.part_m[pr]);
-  }
-  float ll = 0.0f, plain = 0.0f, rot = 0.0f;
-  for (int w = w0; w < w1; ++w) {
-    const size_t pr = (static_cast<size_t>(w) * p.kv_heads + h) * prefill_tile_rows(D) + r;
-    const float ls = p.part_l[pr];
-    if (!(ls > 0.0f)) continue;
-    const float wt = ls * expf(p.part_m[pr] - mm);
-    ll += wt;
-    const float v = wt * p.part_o[pr * D + i];
-    if (splits[works[w].split].format == static_cast<int>(codec::PageFormat::kTq3))
-      rot += v;
-    else
-      plain += v;
-  }
-  const size_t rh = static_cast<size_t>(row) * p.q_heads + hq;
-  write_merged<D>(plain, rot, mm, ll, p.signs + h * D, x, p.out + rh * D, p.out_bf16 ? p.out_bf16 + rh * D : nullptr,
-                  p.m ? p.m + rh : nullptr, p.l ? p.l + rh : nullptr);
-}
-
 // row_total[row][hq] = sum over the pages the row's position reaches of exp(m_p - m) l_p / l.
 __global__ void prefill_row_total_kernel(PrefillParams p) {
   const int row = blockIdx.x, hq = threadIdx.x;
@@ -168,7 +132,10 @@ void launch_prefill(const PrefillParams& p, int max_pages, bool rotate, PrefillK
     wg ? launch_tiles<D, 2, true>(p, st) : launch_tiles<D, 2, false>(p, st);
   else
     wg ? launch_tiles<D, 1, true>(p, st) : launch_tiles<D, 1, false>(p, st);
-  prefill_merge_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p);
+  // One warp per (row, query head) takes the row's few partials in work order.
+  const MergeParams mp{reinterpret_cast<const MergeRange*>(p.plan + p.off_ranges),
+                       reinterpret_cast<const MergeRow*>(p.plan + p.off_rows), nullptr, p.tile_tokens};
+  merge_partials_kernel<D, D, 1, 1, D >= 256 ? 5 : 2048 / D, true><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p, mp);
   if (p.score_acc) {
     prefill_row_total_kernel<<<p.rows, (p.q_heads + 31) / 32 * 32, 0, st>>>(p);
     prefill_page_score_kernel<<<dim3(max_pages, p.n_seqs), 256, 0, st>>>(p);
@@ -180,7 +147,7 @@ size_t align16(size_t n) {
 }
 
 struct BlobLayout {
-  size_t seq, split, work, tiles, order, entry, bytes;
+  size_t seq, split, work, tiles, order, entry, ranges, rows, bytes;
   explicit BlobLayout(const PrefillPlan& plan) {
     seq = 0;
     split = align16(seq + sizeof(PrefillSeqRec) * plan.seqs.size());
@@ -188,7 +155,9 @@ struct BlobLayout {
     tiles = align16(work + sizeof(PrefillWorkRec) * plan.works.size());
     order = align16(tiles + sizeof(int32_t) * plan.tile_work_begin.size());
     entry = align16(order + sizeof(int32_t) * plan.launch_order.size());
-    bytes = align16(entry + sizeof(PlanEntry) * plan.entries.size());
+    ranges = align16(entry + sizeof(PlanEntry) * plan.entries.size());
+    rows = align16(ranges + sizeof(MergeRange) * plan.merge_ranges.size());
+    bytes = align16(rows + sizeof(MergeRow) * plan.merge_rows.size());
   }
 };
 
@@ -241,7 +210,9 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   const int tile_rows = prefill_tile_rows(shape_.head_dim);
   require(plan.tile_tokens == tile_rows / (shape_.q_heads / shape_.kv_heads) &&
               plan.key_tile == prefill_key_tile(shape_.head_dim) && plan.rows > 0 && !plan.works.empty() &&
-              plan.launch_order.size() == plan.works.size(),
+              plan.launch_order.size() == plan.works.size() &&
+              plan.merge_ranges.size() == (plan.tile_work_begin.size() - 1) * codec::kNumPageFormats &&
+              plan.merge_rows.size() == static_cast<size_t>(plan.rows),
           "PrefillWorkspace::run: the plan was made for another shape, or is empty");
   DecodeStats st;
   std::array<bool, codec::kNumPageFormats> seen{};
@@ -288,6 +259,8 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   std::memcpy(blob + bl.tiles, plan.tile_work_begin.data(), sizeof(int32_t) * plan.tile_work_begin.size());
   std::memcpy(blob + bl.order, plan.launch_order.data(), sizeof(int32_t) * plan.launch_order.size());
   if (!plan.entries.empty()) std::memcpy(blob + bl.entry, plan.entries.data(), sizeof(PlanEntry) * plan.entries.size());
+  std::memcpy(blob + bl.ranges, plan.merge_ranges.data(), sizeof(MergeRange) * plan.merge_ranges.size());
+  std::memcpy(blob + bl.rows, plan.merge_rows.data(), sizeof(MergeRow) * plan.merge_rows.size());
   check(cudaMemcpyAsync(plan_.get(), blob, bl.bytes, cudaMemcpyHostToDevice, stream), "PrefillWorkspace: plan copy");
   check(cudaEventRecord(staged_copied_, stream), "PrefillWorkspace: event");
 
@@ -299,6 +272,8 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   p.off_tiles = static_cast<uint32_t>(bl.tiles);
   p.off_order = static_cast<uint32_t>(bl.order);
   p.off_entry = static_cast<uint32_t>(bl.entry);
+  p.off_ranges = static_cast<uint32_t>(bl.ranges);
+  p.off_rows = static_cast<uint32_t>(bl.rows);
   p.n_seqs = static_cast<int>(plan.seqs.size());
   p.n_works = static_cast<int>(plan.works.size());
   p.rows = plan.rows;

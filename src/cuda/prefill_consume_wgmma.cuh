@@ -99,7 +99,7 @@ __device__ void prefill_consume_wgmma(const PrefillParams& p, const PrefillWork&
     if (t + T::kBuffers < n) named_arrive(T::kEmptyBar + b, T::kThreads);
   }
   if constexpr (QT == 2) pages.finish(p, c, rows);
-  write_partials(p, c, rows, T::kRows, o, m, lsum);
+  write_partials(p, c, rows, o, m, lsum);
 }
 
 }  // namespace minimakv::cuda::detail

@@ -96,6 +96,17 @@ PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShap
         plan.works.push_back({static_cast<int32_t>(sp), k * TQ, static_cast<int32_t>((keys + KT - 1) / KT)});
       }
       plan.tile_work_begin.push_back(static_cast<int32_t>(plan.works.size()));
+      // Splits were made format by format, so the tile's works of each format are one run.
+      const int32_t tile_end = plan.tile_work_begin.back();
+      int32_t w = plan.tile_work_begin[plan.tile_work_begin.size() - 2];
+      for (int f = 0; f < codec::kNumPageFormats; ++f) {
+        const int32_t begin = w;
+        while (w < tile_end && plan.splits[plan.works[w].split].format == f) ++w;
+        plan.merge_ranges.push_back({begin, w});
+      }
+      require(w == tile_end, "make_prefill_plan: a tile's works are not grouped by format");
+      const int tile = static_cast<int>(plan.tile_work_begin.size()) - 2;
+      for (int t = k * TQ; t < std::min(s.n, (k + 1) * TQ); ++t) plan.merge_rows.push_back({tile, t - k * TQ});
     }
   }
   plan.rows = rows;

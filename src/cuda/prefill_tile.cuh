@@ -44,7 +44,7 @@ namespace minimakv::cuda::detail {
 
 struct PrefillParams : AttendParams {
   const uint8_t* plan;
-  uint32_t off_seq, off_split, off_work, off_tiles, off_entry, off_order;
+  uint32_t off_seq, off_split, off_work, off_tiles, off_entry, off_order, off_ranges, off_rows;
   int n_seqs, n_works, rows;
   double* row_total;  // [rows][q_heads], for the page scores
   int tile_tokens, tokens_per_page;
@@ -576,7 +576,7 @@ struct PagePartials {
 // Normalised partials of this (work, KV head) for the merge: the quad's four lanes share a row's (m, l).
 template <int MI, int DT>
 __device__ inline void write_partials(const PrefillParams& p, const PrefillWork& c, const ConsumerRows<MI>& rows,
-                                      int tile_rows, const float (&o)[MI][DT][4], const float (&m)[MI][2],
+                                      const float (&o)[MI][DT][4], const float (&m)[MI][2],
                                       const float (&lsum)[MI][2]) {
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
@@ -585,7 +585,13 @@ __device__ inline void write_partials(const PrefillParams& p, const PrefillWork&
       float l = lsum[mi][i];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const size_t pr = (static_cast<size_t>(c.w) * p.kv_heads + c.h) * tile_rows + rows.row(mi, i);
+      // The one partials layout (cuda/decode_plan.h): unit w * tile_tokens + the row's token in the tile.
+      // A tile of a GQA ratio that does not divide its rows has spare rows past tile_tokens * G: they
+      // hold no query and have no unit.
+      const int r = rows.row(mi, i);
+      if (r >= p.tile_tokens * p.group) continue;
+      const size_t pr = (static_cast<size_t>(c.w) * p.tile_tokens + static_cast<size_t>(r / p.group)) * p.q_heads +
+                        static_cast<size_t>(c.h) * p.group + static_cast<size_t>(r % p.group);
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       float* dst = p.part_o + pr * (8 * DT) + 2 * rows.t4;
 #pragma unroll

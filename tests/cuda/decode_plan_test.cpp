@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <stdexcept>
 
 #include "minimakv/cuda/decode_plan.h"
 #include "test_util.h"
@@ -41,6 +42,43 @@ TEST(DecodePlan, SplitBoundHoldsEveryPlanOfThoseLengths) {
     bounded += static_cast<size_t>(bound);
   }
   EXPECT_LE(bounded, 3 * planned) << "the bound should not be loose";
+}
+
+// The merge ranges name, for every batch item and format, exactly the splits of that (format, item):
+// every split is merged once, into its own item's row, and only with its format's rotation.
+TEST(DecodePlan, MergeRangesCoverEachItemsSplitsOfEachFormat) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  for (int trial = 0; trial < 100; ++trial) {
+    const int B = std::array{16, 64, 256}[rng() % 3];
+    const cuda::DecodeShape shape{8, 2, 128, B, 0.0f};
+    std::vector<std::vector<cuda::PageRef>> seqs(1 + rng() % 8);
+    uint32_t next_id = 1;
+    for (auto& pages : seqs) {
+      const uint32_t tokens = 1 + static_cast<uint32_t>(rng() % 5000);
+      for (uint32_t p = 0; p * B < tokens; ++p)
+        pages.push_back({static_cast<codec::PageFormat>(rng() % 3), next_id++, std::min<uint32_t>(B, tokens - p * B)});
+    }
+    const auto plan = cuda::make_decode_plan(seqs, shape, trial % 2 ? 0 : 128, trial % 3 == 0);
+    const auto ranges = cuda::decode_merge_ranges(plan);
+    ASSERT_EQ(ranges.size(), seqs.size() * codec::kNumPageFormats);
+    std::vector<int> merged(plan.splits.size(), 0);
+    for (size_t b = 0; b < seqs.size(); ++b)
+      for (int f = 0; f < codec::kNumPageFormats; ++f) {
+        const auto r = ranges[b * codec::kNumPageFormats + f];
+        ASSERT_LE(r.begin, r.end);
+        for (int32_t s = r.begin; s < r.end; ++s) {
+          EXPECT_EQ(plan.splits[s].seq, static_cast<int32_t>(b));
+          EXPECT_EQ(plan.splits[s].format, f);
+          ++merged[s];
+        }
+      }
+    for (size_t s = 0; s < merged.size(); ++s) ASSERT_EQ(merged[s], 1) << "split " << s;
+  }
+  cuda::DecodePlan bad;
+  bad.batch = 2;
+  bad.seq_split_begin = {0, 0, 0};
+  EXPECT_THROW(cuda::decode_merge_ranges(bad), std::invalid_argument);
 }
 
 }  // namespace

@@ -127,6 +127,39 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
   }
 }
 
+// The merge: every row names its query tile and its token there; each tile's ranges of each format
+// hold exactly its works of that format, so every work's partial of a row is merged once, with its
+// format's rotation.
+TEST(PrefillPlan, MergeRangesAndRowsNameEachRowsTileAndItsWorks) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  for (int trial = 0; trial < 200; ++trial) {
+    const Case c = random_case(rng);
+    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, std::array{0, 128, 1024}[trial % 3]);
+    const size_t tiles = plan.tile_work_begin.size() - 1;
+    ASSERT_EQ(plan.merge_ranges.size(), tiles * codec::kNumPageFormats);
+    ASSERT_EQ(plan.merge_rows.size(), static_cast<size_t>(plan.rows));
+    for (size_t t = 0; t < tiles; ++t) {
+      int32_t w = plan.tile_work_begin[t];
+      for (int f = 0; f < codec::kNumPageFormats; ++f) {
+        const auto r = plan.merge_ranges[t * codec::kNumPageFormats + f];
+        ASSERT_EQ(r.begin, w) << "tile " << t << " format " << f;  // contiguous, in format order
+        for (; w < r.end; ++w) ASSERT_EQ(plan.splits[plan.works[w].split].format, f);
+      }
+      ASSERT_EQ(w, plan.tile_work_begin[t + 1]);
+    }
+    for (const auto& sq : plan.seqs)
+      for (int t = 0; t < sq.n; ++t) {
+        const auto mr = plan.merge_rows[sq.row_begin + t];
+        ASSERT_EQ(mr.group, sq.tile_begin + t / plan.tile_tokens);
+        ASSERT_EQ(mr.offset, t % plan.tile_tokens);
+        // every work of the row's tile starts at the tile's first token
+        for (int32_t w = plan.tile_work_begin[mr.group]; w < plan.tile_work_begin[mr.group + 1]; ++w)
+          ASSERT_EQ(plan.works[w].tile_token, t - mr.offset);
+      }
+  }
+}
+
 TEST(PrefillPlan, SplitsFillTheGpuAndStayWithinBounds) {
   // One 512-token chunk at 16K context, GQA 2, 64-token pages: 8 query tiles; splits shrink from 16K
   // keys towards six CTAs per SM of a 132-SM part and stop at their 512-key floor; whole pages only.

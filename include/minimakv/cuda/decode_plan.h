@@ -37,6 +37,18 @@ struct PlanSplit {
   int32_t seq, format, entry_begin, entry_end, tok_begin, tok_end;
 };
 
+// The one merge of decode and prefill. Each output row merges the partials of its group's works (decode:
+// a batch item's splits; prefill: a query tile's works); those of each format form one contiguous range
+// of works, [begin, end), and the rotated formats' share is rotated back once. Work w's partial of a row
+// is unit w * unit_stride + the row's offset in its group, in the one partials layout of both:
+// part_o[(unit * q_heads + q_head) * head_dim + d] and part_m, part_l[unit * q_heads + q_head].
+struct MergeRange {
+  int32_t begin, end;  // works of one format of one group
+};
+struct MergeRow {
+  int32_t group, offset;  // an output row's group, and its offset among the group's units
+};
+
 struct DecodePlan {
   std::vector<PlanEntry> entries;        // grouped by (format, sequence), logical order inside a group
   std::vector<PlanSplit> splits;         // grouped by (format, sequence)
@@ -48,6 +60,9 @@ struct DecodePlan {
 // GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
 DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens = 0,
                             bool page_granular = false);
+// The merge ranges of a decode plan, [batch][format]: item b's splits of format f (its group is b, its
+// offset 0, unit_stride 1).
+std::vector<MergeRange> decode_merge_ranges(const DecodePlan& plan);
 // At least make_decode_plan(seqs, shape).splits.size() (automatic split size, not page-granular) for
 // sequences holding these many tokens, whatever the formats of their pages: the split capacity a
 // workspace needs before the plan exists (a captured graph's launches are sized before each step's plan).

@@ -8,7 +8,9 @@
 // tensor cores (BF16 rows in bf16, FP8 and TQ3 codes in fp16, all exact; the query and the
 // probabilities as several terms, so the logits keep about fp32 accuracy); the
 // exact formats run on a side stream beside (1) and TQ3, (3) a merge per (sequence, query head)
-// combines every partial under one softmax and applies one inverse rotation to the TQ3 share.
+// combines every partial under one softmax and applies one inverse rotation to the TQ3 share. The
+// rotation and the merge are the kernels prefill runs too, over the one partials layout and the merge
+// ranges of decode_plan.h (src/cuda/attention_kernels.cuh).
 // Softmax partials use the NATURAL logarithm, like the CPU kernels (paged_attention.h). Running sums in
 // fp32.
 // Graph contract: stage() writes the plan into pinned host memory only; launch() copies it to the device
@@ -73,7 +75,7 @@ class DecodeWorkspace {
  private:
   DecodeShape shape_;
   int max_batch_, max_splits_, max_entries_;
-  size_t off_seq_ = 0, off_split_ = 0, off_entry_ = 0, blob_bytes_ = 0;
+  size_t off_seq_ = 0, off_split_ = 0, off_entry_ = 0, off_merge_ = 0, blob_bytes_ = 0;
   PinnedArray<uint8_t> staging_;
   DeviceArray<uint8_t> plan_;
   DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;

@@ -9,7 +9,8 @@
 // (tile_work_begin) and a tile meets only the splits whose first key its last query can see; a work's
 // key_tiles cover every key of its split that its tile's last query can see and end at the tile that
 // holds the last such key; launch_order lists every work once, those with the most key tiles first;
-// every sequence's page partials (stats_offset) and page scores (score_offset) tile their buffers.
+// every sequence's page partials (stats_offset) and page scores (score_offset) tile their buffers; a
+// tile's works of one format are contiguous (merge_ranges), and every row names its tile (merge_rows).
 // cuda/paged_prefill.h stages a plan into device memory and runs it.
 #pragma once
 
@@ -63,6 +64,10 @@ struct PrefillPlan {
   std::vector<PrefillWorkRec> works;     // grouped by query tile
   std::vector<int32_t> tile_work_begin;  // [tiles + 1]
   std::vector<int32_t> launch_order;     // work indices, most key tiles first (ties in work order)
+  // The merge (decode_plan.h): groups are query tiles, a tile's works of one format are contiguous;
+  // unit_stride is tile_tokens, a row's offset its token in its tile.
+  std::vector<MergeRange> merge_ranges;  // [tile][format]
+  std::vector<MergeRow> merge_rows;      // [rows]
   int rows = 0;
   int64_t stats_size = 0;  // floats of page_m (and of page_l): sum of n * pages * q_heads
   std::array<uint64_t, codec::kNumPageFormats> key_reads{};  // (key token, KV head) rows the CTAs read
