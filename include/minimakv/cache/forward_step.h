@@ -29,7 +29,6 @@ namespace minimakv::cache {
 class KvStore;
 struct StoreConfig;
 struct CompactLayerView;
-class PinnedSequence;
 
 // The pages one layer of one sequence reads, pinned for the view's lifetime: page(i) is logical page i,
 // every page full but the last, which holds last_page_fill() tokens.
@@ -67,7 +66,6 @@ class ForwardStep {
 
   size_t size() const { return seqs_.size(); }
   SeqId seq(size_t i) const { return seqs_.at(i); }
-  const KvStore& store() const { return *store_; }
   const StoreConfig& config() const;
   const codec::PageGeometry& geometry() const;
   PageFormat append_format() const;
