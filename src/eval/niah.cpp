@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ruler_synthetic.h"
+
 namespace minimakv::eval {
 
 namespace {
@@ -112,9 +114,21 @@ const std::vector<TaskSpec>& ruler_niah_tasks() {
   return tasks;
 }
 
+const std::vector<TaskSpec>& ruler_tasks() {
+  static const std::vector<TaskSpec> tasks = [] {
+    std::vector<TaskSpec> all = ruler_niah_tasks();
+    all.push_back(
+        {"vt", Haystack::kNoise, ValueKind::kWords, ValueKind::kNumbers, 1, 1, 1, TaskFamily::kVariableTracking});
+    all.push_back({"cwe", Haystack::kNoise, ValueKind::kWords, ValueKind::kWords, 1, 1, 1, TaskFamily::kCommonWords});
+    all.push_back({"fwe", Haystack::kNoise, ValueKind::kWords, ValueKind::kWords, 1, 1, 1, TaskFamily::kFrequentWords});
+    return all;
+  }();
+  return tasks;
+}
+
 const TaskSpec& task_by_name(std::string_view name) {
   std::string known;
-  for (const auto& t : ruler_niah_tasks()) {
+  for (const auto& t : ruler_tasks()) {
     if (t.name == name) return t;
     known += (known.empty() ? "" : ", ") + t.name;
   }
@@ -174,6 +188,14 @@ NiahGenerator::NiahGenerator(const NiahData& data, const model::Tokenizer& tok, 
 Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int index) const {
   SplitMix rng(fnv1a(
       t.name, seed_ ^ (static_cast<uint64_t>(length) << 32) ^ static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull));
+  if (t.family != TaskFamily::kNiah) {
+    Example ex =
+        t.family == TaskFamily::kVariableTracking ? detail::make_variable_tracking(t, tok_, rng, length, gen_budget)
+        : t.family == TaskFamily::kCommonWords    ? detail::make_common_words(t, data_, tok_, rng, length, gen_budget)
+                                                  : detail::make_frequent_words(t, tok_, rng, length, gen_budget);
+    ex.index = index;
+    return ex;
+  }
   Draw draw(rng, data_);
   auto key = [&] { return t.key_kind == ValueKind::kWords ? draw.word() : draw.value(t.key_kind); };
   std::vector<std::string> keys;

@@ -272,7 +272,7 @@ std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRec
   // The order one run makes (length, task in RULER's order, example; arms as they came), so the tables
   // and the bootstrap's draws are those of a single run over the same examples.
   auto rank = [](const std::string& task) {
-    const auto& all = ruler_niah_tasks();
+    const auto& all = ruler_tasks();
     for (size_t i = 0; i < all.size(); ++i)
       if (all[i].name == task) return i;
     return all.size();

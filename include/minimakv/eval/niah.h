@@ -1,10 +1,10 @@
-// RULER needle-in-a-haystack tasks, generated in C++ from the held-out essay and evaluation word lists.
+// RULER's synthetic tasks, generated in C++ from the held-out essay and evaluation word lists.
 //
-// Owns: the eight RULER NIAH task definitions, the deterministic example generator and the
-// string_match_all scorer. Invariants: the same (seed, task, length, index) gives a byte-identical
-// prompt on every machine (own SplitMix64 stream, no std distributions); a prompt plus its generation
-// budget never exceeds the target length in model tokens; needle depths spread over the context
-// (a low-discrepancy sequence over example indices). The data (data/corpus/essay.txt and
+// Owns: the eight RULER NIAH task definitions and RULER's variable tracking (vt), common words (cwe) and
+// frequent words (fwe) extraction, the deterministic example generator and the string_match_all scorer. Invariants: the
+// same (seed, task, length, index) gives a byte-identical prompt on every machine (own SplitMix64 stream, no std
+// distributions); a prompt plus its generation budget never exceeds the target length in model tokens; needle depths
+// spread over the context (a low-discrepancy sequence over example indices). The data (data/corpus/essay.txt and
 // data/words/eval_*.txt) comes from scripts/data/extract_corpus.py; the model never trained on it.
 #pragma once
 
@@ -19,17 +19,32 @@ namespace minimakv::eval {
 
 enum class Haystack { kNoise, kEssay, kNeedles };
 enum class ValueKind { kNumbers, kWords, kUuids };
+// Retrieval (the eight NIAH tasks), multi-hop tracing (vt) and aggregation (cwe, fwe).
+enum class TaskFamily { kNiah, kVariableTracking, kCommonWords, kFrequentWords };
+
+// RULER's defaults for the tracing and aggregation tasks.
+struct AggregationSpec {
+  int chains = 1, hops = 4;                                // vt: chains of hops + 1 variables each
+  int common_words = 10, common_freq = 30, rare_freq = 3;  // cwe
+  double zipf_alpha = 2.0;                                 // fwe: word frequencies ~ 1 / rank^alpha
+  int top_words = 3;                                       // fwe: how many of the most frequent to name
+};
 
 struct TaskSpec {
   std::string name;
   Haystack haystack;
   ValueKind key_kind, value_kind;
   int keys, values_per_key, queries;
+  TaskFamily family = TaskFamily::kNiah;
+  AggregationSpec aggregation{};
 };
 
-// niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery (RULER's definitions).
+// niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery (RULER's definitions): the
+// default task set of the evaluation.
 const std::vector<TaskSpec>& ruler_niah_tasks();
-// Throws std::invalid_argument naming the valid tasks.
+// Those eight, then variable tracking (vt), common words (cwe) and frequent words (fwe) extraction.
+const std::vector<TaskSpec>& ruler_tasks();
+// Any of ruler_tasks(); throws std::invalid_argument naming the valid tasks.
 const TaskSpec& task_by_name(std::string_view name);
 
 struct NiahData {
