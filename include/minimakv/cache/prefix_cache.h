@@ -27,8 +27,12 @@ namespace minimakv::cache {
 
 using PagePools = std::array<std::unique_ptr<PagePool>, codec::kNumPageFormats>;
 using FormatCounts = std::array<size_t, codec::kNumPageFormats>;
-inline constexpr FormatCounts kNoQuota{std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max(),
-                                       std::numeric_limits<size_t>::max()};
+// No limit on any format.
+inline constexpr FormatCounts kNoQuota = [] {
+  FormatCounts c{};
+  for (size_t& x : c) x = std::numeric_limits<size_t>::max();
+  return c;
+}();
 
 class PrefixCache {
  public:
