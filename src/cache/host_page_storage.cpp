@@ -32,17 +32,20 @@ HostPageStorage::HostPageStorage(const StoreConfig& cfg)
                                                         static_cast<uint32_t>(h), cfg.rotation_seed));
 }
 
-std::span<uint8_t> HostPageStorage::page(PageEntry e, const char* where) const {
+size_t HostPageStorage::offset(PageEntry e, const char* where) const {
   const int f = codec::format_index(e.format);
   if (e.id == kNullPage || e.id > capacity_[f])
     throw InvalidArgument(std::string(where) + ": invalid " + codec::to_string(e.format) + " page id " +
                           std::to_string(e.id));
-  const size_t n = layouts_[f].bytes();
-  return {bytes_[f].data() + e.id * n, n};
+  return e.id * layouts_[f].bytes();
+}
+
+std::span<uint8_t> HostPageStorage::page(PageEntry e, const char* where) {
+  return {bytes_[codec::format_index(e.format)].data() + offset(e, where), layout(e.format).bytes()};
 }
 
 std::span<const uint8_t> HostPageStorage::bytes(PageEntry e) const {
-  return page(e, "HostPageStorage::bytes");
+  return {bytes_[codec::format_index(e.format)].data() + offset(e, "HostPageStorage::bytes"), layout(e.format).bytes()};
 }
 
 std::span<uint8_t> HostPageStorage::mutable_bytes(PageEntry e) {

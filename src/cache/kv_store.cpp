@@ -242,13 +242,18 @@ std::vector<WriteSlot> KvStore::step_slots(SeqId seq, int layer) const {
   return slots;
 }
 
+KvStore::Sequence* KvStore::pending_seq(SeqId seq) {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() || !it->second.pending ? nullptr : &it->second;
+}
+
 void KvStore::step_commit(std::span<const SeqId> seqs) {
   std::lock_guard lock(mu_);
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
   for (const SeqId seq : seqs) {
-    auto it = seqs_.find(seq);
-    if (it == seqs_.end() || !it->second.pending) continue;  // finished meanwhile, or nothing appended
-    Sequence& s = it->second;
+    Sequence* sp = pending_seq(seq);
+    if (!sp) continue;
+    Sequence& s = *sp;
     for (size_t r = s.pending_first / B; r < s.rows.size(); ++r)
       if (s.rows[r].filled == B && !s.rows[r].sealed) seal_row(s, r);
     s.pending = 0;
@@ -262,9 +267,9 @@ void KvStore::step_abandon(std::span<const SeqId> seqs) noexcept {
   std::lock_guard lock(mu_);
   const size_t B = static_cast<size_t>(cfg_.tokens_per_page);
   for (const SeqId seq : seqs) {
-    auto it = seqs_.find(seq);
-    if (it == seqs_.end() || !it->second.pending) continue;  // finished meanwhile, or nothing appended
-    Sequence& s = it->second;
+    Sequence* sp = pending_seq(seq);
+    if (!sp) continue;
+    Sequence& s = *sp;
     const size_t keep = (s.pending_first + B - 1) / B;  // rows that held tokens before the step
     for (size_t r = keep; r < s.rows.size(); ++r) release_row(s.rows[r]);
     s.rows.resize(keep);

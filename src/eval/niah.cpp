@@ -13,9 +13,6 @@ namespace minimakv::eval {
 
 namespace {
 
-constexpr std::string_view kNoiseLine =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
-
 constexpr size_t kMaxSentenceChars = 600;
 
 uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
@@ -213,10 +210,9 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
   std::vector<std::string> needles;
   for (size_t i = 0; i < keys.size(); ++i)
     for (const auto& v : values[i]) needles.push_back(needle(keys[i], v));
-  // Shuffle the needles (Fisher-Yates on our own stream).
-  for (size_t i = needles.size(); i > 1; --i) std::swap(needles[i - 1], needles[rng.below(i)]);
+  detail::shuffle(needles, rng);
   std::vector<std::string> queries(keys.begin(), keys.begin() + t.queries);
-  for (size_t i = queries.size(); i > 1; --i) std::swap(queries[i - 1], queries[rng.below(i)]);
+  detail::shuffle(queries, rng);
   Example ex;
   ex.task = t.name;
   ex.length = length;
@@ -254,7 +250,7 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
     if (t.haystack == Haystack::kEssay) {
       u = data_.essay_sentences[essay_pos++ % data_.essay_sentences.size()];
     } else if (t.haystack == Haystack::kNoise) {
-      u = std::string(kNoiseLine);
+      u = std::string(detail::kNoiseLine);
     } else {
       std::string k;
       do k = key();

@@ -12,18 +12,10 @@ namespace minimakv::eval::detail {
 
 namespace {
 
-constexpr std::string_view kNoiseLine =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
-
 std::string letters(SplitMix& rng, int n, char first) {
   std::string s;
   for (int i = 0; i < n; ++i) s += static_cast<char>(first + rng.below(26));
   return s;
-}
-
-template <typename T>
-void shuffle(std::vector<T>& v, SplitMix& rng) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
 }
 
 int tokens_of(const model::Tokenizer& tok, const std::string& s) {

@@ -7,10 +7,24 @@
 // assumed: cwe and fwe count the words that are actually in the list.
 #pragma once
 
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "minimakv/eval/niah.h"
 #include "minimakv/model/tokenizer.h"
 
 namespace minimakv::eval::detail {
+
+// The noise haystack line of RULER's tasks (niah_single_1, vt).
+inline constexpr std::string_view kNoiseLine =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+
+// Fisher-Yates on the example's own stream.
+template <typename T>
+void shuffle(std::vector<T>& v, SplitMix& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+}
 
 // vt: "VAR X = v", then hops lines "VAR Y = VAR X", hidden in order in the noise haystack; the answer is
 // every variable of the chain that ends holding the queried value.

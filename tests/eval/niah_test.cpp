@@ -10,15 +10,14 @@
 #include <regex>
 
 #include "minimakv/eval/niah.h"
+#include "shipped_tokenizer.h"
 #include "test_util.h"
 
 namespace minimakv::eval {
 namespace {
 
 const model::Tokenizer& tokenizer() {
-  static const auto tok =
-      model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
-  return tok;
+  return testing::shipped_tokenizer();
 }
 
 NiahData synthetic_data(std::mt19937_64& rng) {

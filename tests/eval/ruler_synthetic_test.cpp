@@ -12,15 +12,14 @@
 #include <sstream>
 
 #include "minimakv/eval/niah.h"
+#include "shipped_tokenizer.h"
 #include "test_util.h"
 
 namespace minimakv::eval {
 namespace {
 
 const model::Tokenizer& tokenizer() {
-  static const auto tok =
-      model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
-  return tok;
+  return testing::shipped_tokenizer();
 }
 
 // Enough distinct words for the rare entries of a long list (the essay is not used by these tasks).

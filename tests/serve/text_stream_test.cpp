@@ -8,15 +8,14 @@
 #include <random>
 
 #include "minimakv/serve/text_stream.h"
+#include "shipped_tokenizer.h"
 #include "test_util.h"
 
 namespace minimakv::serve {
 namespace {
 
 const model::Tokenizer& tokenizer() {
-  static const model::Tokenizer t =
-      model::Tokenizer::load(std::string(MINIMAKV_SOURCE_DIR) + "/models/minima-qwen3-23m/tokenizer.json");
-  return t;
+  return testing::shipped_tokenizer();
 }
 
 bool valid_utf8(const std::string& s) {

@@ -37,12 +37,13 @@ class HostPageStorage final : public PageStorage {
   void convert(std::span<const Conversion> jobs) override;
 
  private:
-  std::span<uint8_t> page(PageEntry e, const char* where) const;
+  size_t offset(PageEntry e, const char* where) const;  // of the page in its format's array; checks the id
+  std::span<uint8_t> page(PageEntry e, const char* where);
   codec::PageGeometry geo_;
   codec::Tq3Policy policy_;
   std::array<codec::PageLayout, codec::kNumPageFormats> layouts_;
   std::array<size_t, codec::kNumPageFormats> capacity_{};
-  mutable std::array<std::vector<uint8_t>, codec::kNumPageFormats> bytes_;  // page p at p * layout.bytes()
+  std::array<std::vector<uint8_t>, codec::kNumPageFormats> bytes_;          // page p at p * layout.bytes()
   std::vector<std::vector<codec::Rotation>> rotations_;                     // [layer][kv head]
 };
 

@@ -286,6 +286,8 @@ class KvStore {
   Accounting accounting_locked() const;
   void check_invariants_locked() const;
 
+  // The sequence with a step's append in flight, or null (finished meanwhile, or nothing appended).
+  Sequence* pending_seq(SeqId seq);
   // The ForwardStep's side of an append.
   std::vector<WriteSlot> step_slots(SeqId seq, int layer) const;
   void step_commit(std::span<const SeqId> seqs);
