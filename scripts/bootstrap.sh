@@ -31,7 +31,7 @@ print("tokenizers", tokenizers.__version__, "jinja2", jinja2.__version__, "opena
 
 # The evaluation's held-out essay and key words (and the training text), extracted from the Debian
 # packages above; regenerated only when missing.
-if [[ ! -s data/corpus/essay.txt || ! -s data/words/eval_nouns.txt ]]; then
+if [[ ! -s data/corpus/essay.txt || ! -s data/words/eval_nouns.txt || ! -s data/phrasings/eval_needles.txt ]]; then
   python3 scripts/data/extract_corpus.py --out data
 fi
 echo "bootstrap: evaluation data in data/ ($(wc -l < data/words/eval_nouns.txt) evaluation nouns)"

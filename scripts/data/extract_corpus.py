@@ -10,6 +10,9 @@ Outputs (under --out, default data/):
   corpus/essay.txt        held-out prose (the "essay" haystack of the evaluation), never trained on
   words/train_adjectives.txt, words/train_nouns.txt   key vocabulary for training
   words/eval_adjectives.txt,  words/eval_nouns.txt    disjoint key vocabulary reserved for evaluation
+  phrasings/{train,eval}_{nouns,verbs,needles,questions,prefixes,intros}.txt
+                          the retrieval prompts' parts (phrasing_parts.py), split by hash: training
+                          composes examples from train_*, the held-out-phrasing evaluation from eval_*
 
 The split is a pure function of each file's path (blake2b), so it is identical on every machine with the
 same package versions. Only the standard library is used.
@@ -20,6 +23,9 @@ import hashlib
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import phrasing_parts  # noqa: E402
 
 PY_DOC = "/usr/share/doc/python3.11/html/_sources"
 LINUX_DOC = "/usr/share/doc/linux-doc-6.1/Documentation"
@@ -171,6 +177,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.join(args.out, "corpus"), exist_ok=True)
     os.makedirs(os.path.join(args.out, "words"), exist_ok=True)
+    os.makedirs(os.path.join(args.out, "phrasings"), exist_ok=True)
 
     files = collect_files()
     n_train = n_held = 0
@@ -196,10 +203,16 @@ def main():
         for name, ws in (("train", train), ("eval", evalw)):
             with open(os.path.join(args.out, "words", f"{name}_{kind}.txt"), "w") as f:
                 f.write("\n".join(ws) + "\n")
+    phrasings = phrasing_parts.split_parts()
+    for cat, (train, held) in phrasings.items():
+        for name, parts in (("train", train), ("eval", held)):
+            with open(os.path.join(args.out, "phrasings", f"{name}_{cat}.txt"), "w") as f:
+                f.write("\n".join(parts) + "\n")
     print(f"train: {n_train} documents, {b_train/1e6:.1f} MB; essay (held out): {n_held} documents, "
           f"{b_held/1e6:.1f} MB")
     for kind, (train, evalw) in split.items():
         print(f"{kind}: {len(train)} train, {len(evalw)} eval")
+    print("phrasing parts (train/held out): " + ", ".join(f"{c} {len(t)}/{len(h)}" for c, (t, h) in phrasings.items()))
 
 
 if __name__ == "__main__":

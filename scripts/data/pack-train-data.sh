@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 scripts/data/extract_corpus.py --out data
-tar czf data/train-data.tar.gz -C data corpus words
+tar czf data/train-data.tar.gz -C data corpus words phrasings
 ls -la data/train-data.tar.gz
