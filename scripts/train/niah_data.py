@@ -1,11 +1,15 @@
-"""Synthetic long-context retrieval data for training the embedded model.
+"""Synthetic long-context data for training the embedded model, and its training-time quick checks.
 
-RULER-style needle-in-a-haystack examples (the evaluation's templates are allowed in training) plus other
-phrasings: passkeys, several keys with many near-identical distractor needles, several values per key,
-several queries at once; keys and values as adjective-noun words, 7-digit numbers and version-4 UUIDs,
-at depths spread through the context. Training draws keys only from the training half of the word lists;
-the other half and the essay haystack are reserved for evaluation (see the model card).
+Retrieval (NIAH) examples come in two forms: RULER's own template (the evaluation's RULER tasks use it;
+training on it is allowed) and composed phrasings, one part of each category of phrasing_parts.py (what
+is hidden, how it is stated, asked and answered). Training composes from the train side of every
+category only; the held-out side, like the essay haystack and the evaluation key words, is read only by
+the evaluation. Besides the eight RULER NIAH shapes: passkeys, mixed shapes (1-8 keys, 1-4 values per
+key, distractor needles), and RULER's variable tracking (vt), common words extraction (cwe) and frequent
+words extraction (fwe) with the templates of the C++ evaluation (src/eval/ruler_synthetic.cpp). Keys and
+values: adjective-noun words, 7-digit numbers, version-4 UUIDs and (training only) letter-digit codes.
 """
+import bisect
 import os
 import random
 import re
@@ -13,6 +17,7 @@ import uuid
 
 NOISE_LINE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 SINGULAR = {"numbers": "number", "words": "word", "uuids": "uuid"}
+PHRASING_CATEGORIES = ("nouns", "verbs", "needles", "questions", "prefixes", "intros")
 
 
 def load_words(data_dir, split):
@@ -23,12 +28,28 @@ def load_words(data_dir, split):
     return out
 
 
+def load_phrasings(data_dir, split):
+    out = {}
+    for cat in PHRASING_CATEGORIES:
+        with open(os.path.join(data_dir, "phrasings", f"{split}_{cat}.txt")) as f:
+            out[cat] = [line.rstrip("\n") for line in f if line.strip()]
+    return out
+
+
+def phrasing_words(data_dir, split):
+    """Every lowercase word of a side's phrasing parts (to keep them out of training's random nouns)."""
+    out = set()
+    for parts in load_phrasings(data_dir, split).values():
+        for part in parts:
+            out.update(w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\{[a-z_]+\}", " ", part)))
+    return out
+
+
 def load_sentences(path, limit_bytes=None):
     with open(path, encoding="utf-8") as f:
         text = f.read(limit_bytes) if limit_bytes else f.read()
     text = text.replace("\f", " ")
-    sents = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.strip()) > 20]
-    return sents
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.strip()) > 20]
 
 
 def join_keys(keys):
@@ -48,132 +69,245 @@ RULER_TASKS = {
     "niah_multivalue": ("essay", "words", "numbers", 1, 4, 1),
     "niah_multiquery": ("essay", "words", "numbers", 4, 1, 4),
 }
-
-# Other phrasings, so the model learns retrieval rather than one template.
-ALT_NEEDLES = [
-    "The {vs} assigned to {key} is {value}.",
-    "Remember that {key} goes with the {vs} {value}.",
-    "Note: the {vs} for {key} is {value}.",
-]
-ALT_QUESTIONS = [
-    ("What {be} the {vx} assigned to {query}?", " The {vx} assigned to {query} {be}"),
-    ("Which {vx} {be} stored for {query} in the text above?", " The {vx} stored for {query} {be}"),
-]
+AGGREGATION_TASKS = ("vt", "cwe", "fwe")
 
 
 class Generator:
-    def __init__(self, words, sentences, rng):
+    """Examples of about n_chars characters: (prompt ending in the answer prefix, answer, expected values)."""
+
+    def __init__(self, words, sentences, rng, phrasings, ruler_defaults=False, random_noun_frac=0.0,
+                 heldout_words=None):
+        """ruler_defaults: vt, cwe and fwe as RULER (and the C++ evaluation) define them: one chain of four
+        hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those."""
+        self.ruler_defaults = ruler_defaults
+        # Training only: the hidden thing may be any noun of the (train) word list, so retrieval cannot
+        # lean on a few nouns; words of the held-out parts are never drawn.
+        self.random_noun_frac = random_noun_frac
         self.words = words
         self.sentences = sentences
         self.rng = rng
+        self.phrasings = phrasings
+        single = {w for ws in words.values() for w in ws if w.isalpha()}
+        self.single_words = sorted(single)
+        self.nouns = [w for w in words["nouns"] if w.isalpha() and w not in (heldout_words or set())]
 
     # ---- atoms
     def key_word(self):
         return f"{self.rng.choice(self.words['adjectives'])}-{self.rng.choice(self.words['nouns'])}"
 
     def value(self, kind):
+        rng = self.rng
         if kind == "numbers":
-            return str(self.rng.randint(1_000_000, 9_999_999))
+            return str(rng.randint(1_000_000, 9_999_999))
         if kind == "words":
             return self.key_word()
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        if kind == "codes":
+            alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+            return "".join(rng.choice(alphabet) for _ in range(4)) + "-" + "".join(
+                rng.choice(alphabet) for _ in range(rng.randint(3, 5)))
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
     def atom(self, kind):
         return self.key_word() if kind == "words" else self.value(kind)
 
-    def needle_sentence(self):
-        v = self.rng.choice(list(SINGULAR))
-        return f"One of the special magic {v} for {self.key_word()} is: {self.value(v)}."
-
     # ---- haystacks
-    def _haystack_units(self, kind, n_chars, key_kind, val_kind, ruler_form, alt_form):
+    def _haystack(self, kind, n_chars, make_distractor):
         units, total = [], 0
         if kind == "essay":
             i = self.rng.randrange(len(self.sentences))
             while total < n_chars:
-                s = self.sentences[i % len(self.sentences)]
-                units.append(s)
-                total += len(s) + 1
+                units.append(self.sentences[i % len(self.sentences)])
+                total += len(units[-1]) + 1
                 i += 1
         elif kind == "noise":
+            units = [NOISE_LINE] * (n_chars // (len(NOISE_LINE) + 1) + 1)
+        else:
             while total < n_chars:
-                units.append(NOISE_LINE)
-                total += len(NOISE_LINE) + 1
-        else:  # distractor needles in the same format as the real ones
-            while total < n_chars:
-                k, val = self.atom(key_kind), self.value(val_kind)
-                s = self._needle(ruler_form, alt_form, k, val, val_kind)
-                units.append(s)
-                total += len(s) + 1
+                units.append(make_distractor())
+                total += len(units[-1]) + 1
         return units
 
-    def _needle(self, ruler_form, alt, key, value, val_kind):
-        if ruler_form:
-            return f"One of the special magic {val_kind} for {key} is: {value}."
-        return alt.format(vs=SINGULAR[val_kind], key=key, value=value)
-
-    def example(self, n_chars, task=None, ruler_form=None):
-        """One retrieval example of about n_chars characters: (prompt, answer, values)."""
+    # ---- retrieval
+    def example(self, n_chars, task, form="ruler"):
+        """task: a RULER_TASKS name, "mixed", "passkey", or one of AGGREGATION_TASKS. form: "ruler" or
+        "composed" (from this generator's phrasing parts)."""
         rng = self.rng
-        if task is None:
-            task = rng.choice(list(RULER_TASKS) + ["niah_multikey_2", "niah_multikey_3", "passkey", "mixed"])
         if task == "passkey":
             return self.passkey(n_chars)
+        if task == "vt":
+            return self.variable_tracking(n_chars)
+        if task == "cwe":
+            return self.common_words(n_chars)
+        if task == "fwe":
+            return self.frequent_words(n_chars)
         if task == "mixed":
             hay = rng.choice(["noise", "essay", "needle"])
-            key_kind = rng.choice(["words", "words", "uuids"])
-            val_kind = rng.choice(["numbers", "words", "uuids"])
-            spec = (hay, key_kind, val_kind, rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2, 4]), 1)
-            spec = spec[:5] + (rng.randint(1, spec[3]),)
+            key_kind = rng.choice(["words", "words", "uuids", "codes"])
+            val_kind = rng.choice(["numbers", "words", "uuids", "codes"])
+            n_keys = rng.choice([1, 2, 4, 8])
+            spec = (hay, key_kind, val_kind, n_keys, rng.choice([1, 1, 2, 4]), rng.randint(1, n_keys))
         else:
             spec = RULER_TASKS[task]
         hay, key_kind, val_kind, n_keys, n_vals, n_q = spec
-        if ruler_form is None:
-            ruler_form = rng.random() < 0.7
-        alt = rng.choice(ALT_NEEDLES)
+        if form == "ruler" and val_kind not in SINGULAR:
+            val_kind = "numbers"
         keys = []
         while len(keys) < n_keys:
             k = self.atom(key_kind)
             if k not in keys:
                 keys.append(k)
         values = {k: [self.value(val_kind) for _ in range(n_vals)] for k in keys}
+        if form == "ruler":
+            def needle(k, v):
+                return f"One of the special magic {val_kind} for {k} is: {v}."
+        else:
+            ph = self.phrasings
+            if rng.random() < self.random_noun_frac:
+                noun_s = rng.choice(self.nouns)
+                noun_p = noun_s + ("es" if noun_s.endswith(("s", "x", "ch", "sh")) else "s")
+            else:
+                noun_s, noun_p = rng.choice(ph["nouns"]).split("|")
+            frame, verb = rng.choice(ph["needles"]), rng.choice(ph["verbs"])
+
+            def needle(k, v):
+                return frame.format(noun=noun_s, key=k, value=v, verb=verb)
         needles = [(k, v) for k in keys for v in values[k]]
         rng.shuffle(needles)
-        needle_texts = [self._needle(ruler_form, alt, k, v, val_kind) for k, v in needles]
-        units = self._haystack_units(hay, max(0, n_chars - sum(len(t) + 1 for t in needle_texts)),
-                                     key_kind, val_kind, ruler_form, alt)
-        # depths spread through the context: sorted uniform positions
-        pos = sorted(rng.randint(0, len(units)) for _ in needle_texts)
-        for off, (p, t) in enumerate(zip(pos, needle_texts)):
+        texts = [needle(k, v) for k, v in needles]
+
+        def distractor():
+            while True:
+                k = self.atom(key_kind)
+                if k not in values:
+                    return needle(k, self.value(val_kind))
+        units = self._haystack(hay, max(0, n_chars - sum(len(t) + 1 for t in texts)), distractor)
+        pos = sorted(rng.randint(0, len(units)) for _ in texts)  # depths spread through the context
+        for off, (p, t) in enumerate(zip(pos, texts)):
             units.insert(p + off, t)
-        sep = " " if hay == "essay" else "\n"
-        context = sep.join(units)
+        context = (" " if hay == "essay" else "\n").join(units)
         queries = keys[:n_q]
         rng.shuffle(queries)
         expected = [v for q in queries for v in values[q]]
         query = join_keys(queries)
-        singular = len(expected) == 1
-        if ruler_form:
-            v = SINGULAR[val_kind] if singular else val_kind
-            head = (f"{'A' if singular else 'Some'} special magic {v} {'is' if singular else 'are'} hidden within the "
-                    f"following text. Make sure to memorize it. I will quiz you about the {v} afterwards.\n")
-            q = f"\nWhat {'is' if singular else 'are all'} the special magic {v} for {query} mentioned in the provided text?"
-            prefix = f" The special magic {v} for {query} mentioned in the provided text {'is' if singular else 'are'}"
+        one = len(expected) == 1
+        be = "is" if one else "are"
+        if form == "ruler":
+            v = SINGULAR[val_kind] if one else val_kind
+            head = (f"{'A' if one else 'Some'} special magic {v} {be} hidden within the following text. Make sure to "
+                    f"memorize it. I will quiz you about the {v} afterwards.\n")
+            q = f"\nWhat {'is' if one else 'are all'} the special magic {v} for {query} mentioned in the provided text?"
+            prefix = f" The special magic {v} for {query} mentioned in the provided text {be}"
         else:
-            vx = SINGULAR[val_kind] + ("" if singular else "s")
-            be = "is" if singular else "are"
-            qt, pt = rng.choice(ALT_QUESTIONS)
-            head = "Read the following text carefully.\n"
-            q = "\n" + qt.format(be=be, vx=vx, query=query)
-            prefix = pt.format(vx=vx, query=query, be=be)
-        answer = " " + join_keys(expected) + "." if len(expected) > 1 else " " + expected[0] + "."
+            nq = noun_s if one else noun_p
+            head = rng.choice(ph["intros"]) + "\n"
+            q = "\n" + rng.choice(ph["questions"]).format(be=be, nq=nq, query=query)
+            prefix = " " + rng.choice(ph["prefixes"]).format(be=be, nq=nq, query=query)
+        answer = " " + join_keys(expected) + "."
         return head + context + q + prefix, answer, expected
 
     def passkey(self, n_chars):
         key = str(self.rng.randint(10_000, 9_999_999))
         needle = f"The pass key is {key}. Remember it. {key} is the pass key."
-        units = self._haystack_units(self.rng.choice(["noise", "essay"]), n_chars, "words", "numbers", True, "")
+        units = self._haystack(self.rng.choice(["noise", "essay"]), n_chars, None)
         units.insert(self.rng.randint(0, len(units)), needle)
         prompt = ("There is important info hidden inside a lot of irrelevant text. Find it and memorize it.\n"
                   + " ".join(units) + "\nWhat is the pass key?" + " The pass key is")
         return prompt, " " + key + ".", [key]
+
+    # ---- RULER's tracing and aggregation tasks (templates as src/eval/ruler_synthetic.cpp)
+    def variable_tracking(self, n_chars, chains=None, hops=None):
+        rng = self.rng
+        chains = chains or (1 if self.ruler_defaults else rng.choice([1, 1, 1, 2, 3]))
+        hops = hops or (4 if self.ruler_defaults else rng.choice([2, 3, 4, 4, 4, 5]))
+        names, values, chain_names = set(), [], []
+        for _ in range(chains):
+            v = str(rng.randint(10000, 99999))
+            while v in values:
+                v = str(rng.randint(10000, 99999))
+            values.append(v)
+            chain = []
+            while len(chain) < hops + 1:
+                n = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+                if n not in names:
+                    names.add(n)
+                    chain.append(n)
+            chain_names.append(chain)
+        statements, nxt = [], [0] * chains
+        open_chains = list(range(chains))
+        while open_chains:
+            c = rng.choice(open_chains)
+            i = nxt[c]
+            nxt[c] += 1
+            rhs = values[c] if i == 0 else "VAR " + chain_names[c][i - 1]
+            statements.append(f"VAR {chain_names[c][i]} = {rhs}.")
+            if nxt[c] == len(chain_names[c]):
+                open_chains.remove(c)
+        lines = max(1, (n_chars - sum(len(s) + 1 for s in statements)) // (len(NOISE_LINE) + 1))
+        at = sorted(rng.randint(0, lines) for _ in statements)
+        out, k = [], 0
+        for i in range(lines + 1):
+            while k < len(statements) and at[k] == i:
+                out.append(statements[k])
+                k += 1
+            if i < lines:
+                out.append(NOISE_LINE)
+        qc = rng.randrange(chains)
+        expected = chain_names[qc]
+        head = "Memorize and track every chain of variable assignments hidden in the following text.\n\n"
+        tail = (f"\nQuestion: Find all variables that are assigned the value {values[qc]} in the text above. Answer: "
+                f"According to the chains of variable assignments in the text above, {len(expected)} variables are "
+                f"assigned the value {values[qc]}, they are:")
+        return head + "\n".join(out) + tail, " " + ", ".join(expected) + ".", expected
+
+    def common_words(self, n_chars, n_common=None):
+        rng = self.rng
+        n_common = n_common or (10 if self.ruler_defaults else rng.choice([3, 5, 10, 10, 10]))
+        pool = rng.sample(self.single_words, min(len(self.single_words), 4000))
+        common = pool[:n_common]
+        entry = 9.0  # characters of one "\n123. word" entry, about
+        entries = int(n_chars / entry)
+        common_freq = min(30, entries // (2 * n_common))
+        rare_freq = 3
+        if common_freq < rare_freq + 2:
+            common_freq = rare_freq + 2
+        rare = max(0, min(len(pool) - n_common, (entries - common_freq * n_common) // rare_freq))
+        items = [w for w in common for _ in range(common_freq)]
+        items += [w for w in pool[n_common:n_common + rare] for _ in range(rare_freq)]
+        rng.shuffle(items)
+        body = "\n".join(f"{i + 1}. {w}" for i, w in enumerate(items))
+        head = ("Below is a numbered list of words. Some of them appear more often than others. Memorize the ones "
+                "that appear most often.\n")
+        tail = (f"\nQuestion: What are the {n_common} most common words in the above list? Answer: The top {n_common} "
+                f"words that appear most often in the list are:")
+        order = common[:]
+        rng.shuffle(order)
+        return head + body + tail, " " + ", ".join(order) + ".", order
+
+    def frequent_words(self, n_chars, top=3):
+        rng = self.rng
+        vocab, seen = [], set()
+        while len(vocab) < 1000:
+            w = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 6)))
+            if w not in seen:
+                seen.add(w)
+                vocab.append(w)
+        alpha = 2.0 if self.ruler_defaults else rng.choice([2.0, 2.0, 1.6, 2.4])
+        cdf, total = [], 0.0
+        for r in range(len(vocab)):
+            total += (r + 1.0) ** -alpha
+            cdf.append(total)
+        n = max(8 * top, int(n_chars / 5.5))
+        while True:
+            draws = [bisect.bisect_right(cdf, rng.random() * total) for _ in range(n)]
+            draws = [min(d, len(vocab) - 1) for d in draws]
+            counts = {}
+            for d in draws:
+                counts[d] = counts.get(d, 0) + 1
+            ranked = sorted(counts.items(), key=lambda x: (-x[1], x[0]))
+            if len(ranked) > top and ranked[top - 1][1] > ranked[top][1]:
+                break
+        expected = [vocab[r] for r, _ in ranked[:top]]
+        head = "Read the following coded text and track how often each coded word appears.\n"
+        tail = (f"\nQuestion: What are the {top} most frequent coded words in the above text? Answer: According to "
+                f"the coded text above, the {top} most frequent words are:")
+        return head + " ".join(vocab[d] for d in draws) + tail, " " + ", ".join(expected) + ".", expected
