@@ -181,7 +181,10 @@ const Registration kCommand(
        sub.add_option("--model", opt->model, "model directory");
        sub.add_option("--data", opt->data,
                       "directory made by scripts/data/extract_corpus.py (essay, evaluation words)");
-       sub.add_option("--tasks", opt->tasks, "RULER tasks: the eight NIAH tasks (the default), vt, cwe, fwe")->delimiter(',');
+       sub.add_option("--tasks", opt->tasks,
+                      "tasks: RULER's eight NIAH tasks (the default), vt, cwe, fwe, and the NIAH shapes in held-out "
+                      "phrasing (heldout_single_1 .. heldout_multiquery)")
+           ->delimiter(',');
        sub.add_option("--lengths", opt->lengths, "lengths in model tokens, prompt plus generation budget")
            ->delimiter(',')
            ->check(CLI::Range(1, 1 << 24));

@@ -6,6 +6,8 @@
 # BIN picks the minimakv binary (default build/release/apps/minimakv/minimakv); OUT the output folder
 # (default build/eval). The run's command line, date and machine are written next to the numbers.
 # DEVICE=cuda runs the engine on the GPU (the CUDA backend); WHAT=niah|kl|memory|all picks the parts.
+# TASKS picks the NIAH-report tasks: a comma list, or "all" for RULER's eight NIAH tasks, the same shapes in
+# held-out phrasing (heldout_*) and vt, cwe, fwe (default: RULER's eight NIAH tasks).
 # SHARDS=N splits the NIAH tasks over N processes run side by side (on one GPU they overlap one
 # another's host work) and merges their records with `minimakv eval merge`, which gives the tables and
 # statistics one process would. KL and memory then run in one more process. FIRST_EXAMPLE=K starts at
@@ -24,6 +26,15 @@ common=(--device "$DEVICE" --lengths "${LENGTHS:-4096,8192,16384}" --examples "$
         --first-example "${FIRST_EXAMPLE:-0}"
         --arms "${ARMS:-bf16,fp8,minima,minima-scored,minima-aggr,minima-reuse}"
         --kl-lengths "${KL_LENGTHS:-4096,16384}" --kl-windows "${KL_WINDOWS:-8}" --seed "${SEED:-1}")
+tasks=(niah_single_1 niah_single_2 niah_single_3 niah_multikey_1 niah_multikey_2 niah_multikey_3 niah_multivalue
+       niah_multiquery)
+if [[ "${TASKS:-}" == all ]]; then
+  tasks+=(heldout_single_1 heldout_single_2 heldout_single_3 heldout_multikey_1 heldout_multikey_2 heldout_multikey_3
+          heldout_multivalue heldout_multiquery vt cwe fwe)
+elif [[ -n "${TASKS:-}" ]]; then
+  IFS=, read -r -a tasks <<<"$TASKS"
+fi
+task_list=$(IFS=,; echo "${tasks[*]}")
 {
   echo "Date: $(date -u +'%Y-%m-%d %H:%M UTC'); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) threads"
   if [[ "$DEVICE" == cuda ]]; then
@@ -32,15 +43,13 @@ common=(--device "$DEVICE" --lengths "${LENGTHS:-4096,8192,16384}" --examples "$
 } >"$OUT/header.md"
 
 if [[ "$SHARDS" -le 1 ]]; then
-  args=(eval "$WHAT" "${common[@]}" --json "$OUT/eval.json" --markdown "$OUT/eval.md")
+  args=(eval "$WHAT" "${common[@]}" --tasks "$task_list" --json "$OUT/eval.json" --markdown "$OUT/eval.md")
   echo "Command: \`$BIN ${args[*]}\`" >>"$OUT/header.md"
   "$BIN" "${args[@]}" >/dev/null
   cat "$OUT/header.md" "$OUT/eval.md"
   exit 0
 fi
 
-tasks=(niah_single_1 niah_single_2 niah_single_3 niah_multikey_1 niah_multikey_2 niah_multikey_3 niah_multivalue
-       niah_multiquery)
 if [[ "$WHAT" == all || "$WHAT" == niah ]]; then
   pids=() inputs=()
   for ((s = 0; s < SHARDS; s++)); do

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "phrasing.h"
 #include "ruler_synthetic.h"
 
 namespace minimakv::eval {
@@ -123,9 +124,30 @@ const std::vector<TaskSpec>& ruler_tasks() {
   return tasks;
 }
 
+const std::vector<TaskSpec>& heldout_phrasing_tasks() {
+  static const std::vector<TaskSpec> tasks = [] {
+    std::vector<TaskSpec> out = ruler_niah_tasks();
+    for (auto& t : out) {
+      t.name = "heldout_" + t.name.substr(std::string_view("niah_").size());
+      t.phrasing = Phrasing::kHeldOut;
+    }
+    return out;
+  }();
+  return tasks;
+}
+
+const std::vector<TaskSpec>& all_tasks() {
+  static const std::vector<TaskSpec> tasks = [] {
+    std::vector<TaskSpec> out = ruler_tasks();
+    out.insert(out.end(), heldout_phrasing_tasks().begin(), heldout_phrasing_tasks().end());
+    return out;
+  }();
+  return tasks;
+}
+
 const TaskSpec& task_by_name(std::string_view name) {
   std::string known;
-  for (const auto& t : ruler_tasks()) {
+  for (const auto& t : all_tasks()) {
     if (t.name == name) return t;
     known += (known.empty() ? "" : ", ") + t.name;
   }
@@ -164,6 +186,9 @@ NiahData load_niah_data(const std::string& dir) {
   if (d.essay_sentences.size() < 100) throw std::runtime_error(dir + "/corpus/essay.txt has too little text");
   d.adjectives = read_lines(dir + "/words/eval_adjectives.txt");
   d.nouns = read_lines(dir + "/words/eval_nouns.txt");
+  // Data extracted before the phrasing parts existed still serves every RULER-phrased task.
+  if (std::ifstream(dir + "/phrasings/eval_needles.txt"))
+    d.heldout_phrasing = load_phrasing_parts(dir + "/phrasings", "eval");
   return d;
 }
 
@@ -204,7 +229,19 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
   for (auto& v : values)
     for (int j = 0; j < t.values_per_key; ++j) v.push_back(draw.value(t.value_kind));
   const std::string vp = plural(t.value_kind);
+  // Held-out phrasing: one part of each category per example, drawn after the keys and values (so the
+  // RULER-phrased tasks draw exactly as before).
+  const PhrasingParts& phrasing = data_.heldout_phrasing;
+  const bool heldout = t.phrasing == Phrasing::kHeldOut;
+  if (heldout && phrasing.empty())
+    throw std::runtime_error(
+        "task " + t.name + " needs the held-out phrasing parts (data/phrasings/; run scripts/data/extract_corpus.py)");
+  auto pick = [&](const std::vector<std::string>& v) -> const std::string& { return v[rng.below(v.size())]; };
+  const auto* noun = heldout ? &phrasing.nouns[rng.below(phrasing.nouns.size())] : nullptr;
+  const std::string* frame = heldout ? &pick(phrasing.needles) : nullptr;
+  const std::string* verb = heldout ? &pick(phrasing.verbs) : nullptr;
   auto needle = [&](const std::string& k, const std::string& v) {
+    if (heldout) return detail::fill_frame(*frame, {{"key", k}, {"value", v}, {"noun", noun->first}, {"verb", *verb}});
     return "One of the special magic " + vp + " for " + k + " is: " + v + ".";
   };
   std::vector<std::string> needles;
@@ -225,12 +262,21 @@ Example NiahGenerator::make(const TaskSpec& t, int length, int gen_budget, int i
   const bool one = ex.expected.size() == 1;
   const std::string v = one ? singular(t.value_kind) : vp;
   const std::string query = join_keys(queries);
-  const std::string head = std::string(one ? "A" : "Some") + " special magic " + v + (one ? " is" : " are") +
-                           " hidden within the following text. Make sure to memorize it. I will quiz you about the " +
-                           v + " afterwards.\n";
-  const std::string tail = "\nWhat " + std::string(one ? "is" : "are all") + " the special magic " + v + " for " +
-                           query + " mentioned in the provided text? The special magic " + v + " for " + query +
-                           " mentioned in the provided text " + (one ? "is" : "are");
+  std::string head, tail;
+  if (heldout) {
+    const detail::FrameVars asked = {
+        {"query", query}, {"nq", one ? noun->first : noun->second}, {"be", one ? "is" : "are"}};
+    head = pick(phrasing.intros) + "\n";
+    tail = "\n" + detail::fill_frame(pick(phrasing.questions), asked);
+    tail += " " + detail::fill_frame(pick(phrasing.prefixes), asked);
+  } else {
+    head = std::string(one ? "A" : "Some") + " special magic " + v + (one ? " is" : " are") +
+           " hidden within the following text. Make sure to memorize it. I will quiz you about the " + v +
+           " afterwards.\n";
+    tail = "\nWhat " + std::string(one ? "is" : "are all") + " the special magic " + v + " for " + query +
+           " mentioned in the provided text? The special magic " + v + " for " + query +
+           " mentioned in the provided text " + (one ? "is" : "are");
+  }
   const int limit = length - gen_budget;
   const auto fixed = static_cast<int>(tok_.encode(head + tail).size());
   int needle_tokens = 0;

@@ -51,8 +51,36 @@ std::string paired_cell(const PairedResult& p) {
                      p.mcnemar_p);
 }
 
-// Paired results of every (length, arm, task) and of the macro (task "macro"), computed once so the
-// Markdown and the JSON report the same intervals. Without a bf16 arm each arm is paired with itself.
+// The task groups a run's macro is also reported over when it mixes them: RULER's NIAH tasks, the same
+// shapes in held-out phrasing, and the tracing and aggregation tasks (vt, cwe, fwe).
+struct TaskGroup {
+  const char* key;    // summary task name
+  const char* label;  // Markdown row
+};
+constexpr TaskGroup kGroups[] = {{"macro:niah", "macro, RULER NIAH"},
+                                 {"macro:heldout", "macro, held-out phrasing NIAH"},
+                                 {"macro:aggregation", "macro, vt / cwe / fwe"}};
+
+int group_of(const std::string& task) {
+  for (const auto& t : all_tasks())
+    if (t.name == task) return t.family != TaskFamily::kNiah ? 2 : t.phrasing == Phrasing::kHeldOut ? 1 : 0;
+  return -1;  // not a known task: only in the overall macro
+}
+
+// Groups with at least one task in `tasks`, when there are two or more of them (else none: the overall
+// macro says it all).
+std::vector<int> groups_present(const std::vector<std::string>& tasks) {
+  std::vector<int> g;
+  for (const auto& t : tasks)
+    if (const int x = group_of(t); x >= 0 && std::find(g.begin(), g.end(), x) == g.end()) g.push_back(x);
+  std::sort(g.begin(), g.end());
+  if (g.size() < 2) g.clear();
+  return g;
+}
+
+// Paired results of every (length, arm, task), of the macro (task "macro") and of each group's macro
+// (kGroups' keys) when the run mixes groups, computed once so the Markdown and the JSON report the same
+// intervals. Without a bf16 arm each arm is paired with itself.
 using Summaries = std::map<std::tuple<int, std::string, std::string>, PairedResult>;
 
 Summaries summarize(const std::vector<NiahRecord>& rs, uint64_t seed) {
@@ -71,6 +99,15 @@ Summaries summarize(const std::vector<NiahRecord>& rs, uint64_t seed) {
         out[{len, a, t}] = paired_bootstrap(arm_s.back(), base_s.back(), ++k);
       }
       out[{len, a, "macro"}] = paired_bootstrap_macro(arm_s, base_s, ++k);
+      for (const int g : groups_present(tasks)) {
+        std::vector<std::vector<double>> arm_g, base_g;
+        for (size_t i = 0; i < tasks.size(); ++i)
+          if (group_of(tasks[i]) == g) {
+            arm_g.push_back(arm_s[i]);
+            base_g.push_back(base_s[i]);
+          }
+        out[{len, a, kGroups[g].key}] = paired_bootstrap_macro(arm_g, base_g, ++k);
+      }
     }
   }
   return out;
@@ -105,12 +142,16 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
       }
       md += "\n";
     }
-    md += "| **macro** |";
-    for (const auto& a : arms) {
-      const auto& p = sum.at({len, a, "macro"});
-      md += " **" + (a == "bf16" || !has_base ? pct(p.arm) : paired_cell(p)) + "** |";
-    }
-    md += "\n";
+    auto macro_row = [&](const std::string& label, const std::string& key) {
+      md += "| **" + label + "** |";
+      for (const auto& a : arms) {
+        const auto& p = sum.at({len, a, key});
+        md += " **" + (a == "bf16" || !has_base ? pct(p.arm) : paired_cell(p)) + "** |";
+      }
+      md += "\n";
+    };
+    for (const int g : groups_present(tasks)) macro_row(kGroups[g].label, kGroups[g].key);
+    macro_row(groups_present(tasks).empty() ? "macro" : "macro, all tasks", "macro");
   }
   // Memory and speed per arm and length, from the runs' own accounting and clocks.
   md +=
@@ -272,7 +313,7 @@ std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRec
   // The order one run makes (length, task in RULER's order, example; arms as they came), so the tables
   // and the bootstrap's draws are those of a single run over the same examples.
   auto rank = [](const std::string& task) {
-    const auto& all = ruler_tasks();
+    const auto& all = all_tasks();
     for (size_t i = 0; i < all.size(); ++i)
       if (all[i].name == task) return i;
     return all.size();

@@ -1,13 +1,17 @@
 // The RULER-NIAH generator and scorer: determinism (byte-identical for a seed), lengths within the
 // budget in model tokens, RULER's templates and singular rewrite, needles and answers present, UUIDs of
-// version 4, depths spread over the context. Uses the shipped tokenizer and synthetic text/word lists,
-// so it does not need the extracted corpus.
+// version 4, depths spread over the context; the held-out-phrasing tasks (parts of the given side only,
+// one needle frame per example, plural questions for several values) and the phrasing parts' loader.
+// Uses the shipped tokenizer and synthetic text, word lists and parts, so it does not need the extracted
+// corpus.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <tuple>
 
 #include "minimakv/eval/niah.h"
 #include "shipped_tokenizer.h"
@@ -32,8 +36,21 @@ NiahData synthetic_data(std::mt19937_64& rng) {
   }
   d.adjectives = {"calm", "bright", "hollow", "rapid", "gentle", "brisk", "solid", "pale"};
   d.nouns = {"owl", "canyon", "ladder", "meadow", "violin", "glacier", "anchor", "harvest"};
+  d.heldout_phrasing.nouns = {{"badge", "badges"}, {"cipher", "ciphers"}};
+  d.heldout_phrasing.verbs = {"is", "reads as"};
+  d.heldout_phrasing.needles = {"The {noun} of {key} {verb} {value}.", "{value} opens the {noun} of {key}."};
+  d.heldout_phrasing.questions = {"Which {nq} {be} tied to {query}?", "Name the {nq} of {query}."};
+  d.heldout_phrasing.prefixes = {"Answer:", "The {nq} of {query} {be}"};
+  d.heldout_phrasing.intros = {"Read on.", "A text follows."};
   return d;
 }
+
+// The needles of synthetic_data's two frames, written out here rather than by the generator's filler:
+// group 1 the noun, 2 the key, 3 the value.
+const std::string kKey = "([a-z]+-[a-z]+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})";
+const std::string kValue = "([0-9]{7}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})";
+const std::regex kFrameA("The (badge|cipher) of " + kKey + " (?:is|reads as) " + kValue + "\\.");
+const std::regex kFrameB(kValue + " opens the (badge|cipher) of " + kKey + "\\.");
 
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
@@ -46,7 +63,9 @@ TEST(Niah, SameSeedGivesByteIdenticalExamplesAndSeedsDiffer) {
   const auto data = synthetic_data(rng);
   const uint64_t seed = rng();
   const NiahGenerator a(data, tokenizer(), seed), b(data, tokenizer(), seed), c(data, tokenizer(), seed + 1);
-  for (const auto& t : ruler_niah_tasks()) {
+  std::vector<TaskSpec> tasks = ruler_niah_tasks();
+  tasks.insert(tasks.end(), heldout_phrasing_tasks().begin(), heldout_phrasing_tasks().end());
+  for (const auto& t : tasks) {
     const auto x = a.make(t, 600, 32, 3), y = b.make(t, 600, 32, 3), z = c.make(t, 600, 32, 3),
                w = a.make(t, 600, 32, 4);
     EXPECT_EQ(x.prompt, y.prompt) << t.name;
@@ -144,7 +163,17 @@ TEST(Niah, LoadedEssaySplitsIntoProseSentencesAndDropsOverlongOnes) {
     std::ofstream(dir + "/words/eval_adjectives.txt") << "calm\nbright\n";
     std::ofstream(dir + "/words/eval_nouns.txt") << "owl\n\ncanyon\n";
   }
+  EXPECT_TRUE(load_niah_data(dir).heldout_phrasing.empty()) << "data without phrasing parts still loads";
+  std::filesystem::create_directories(dir + "/phrasings");
+  for (const std::string side : {"eval", "train"}) {
+    std::ofstream(dir + "/phrasings/" + side + "_nouns.txt") << side << "|" << side << "s\n";
+    for (const char* cat : {"verbs", "prefixes", "intros"})
+      std::ofstream(dir + "/phrasings/" + side + "_" + cat + ".txt") << "x\n";
+    std::ofstream(dir + "/phrasings/" + side + "_needles.txt") << side << " {key} {value}\n";
+    std::ofstream(dir + "/phrasings/" + side + "_questions.txt") << "{query}?\n";
+  }
   const auto d = load_niah_data(dir);
+  EXPECT_EQ(d.heldout_phrasing.needles, (std::vector<std::string>{"eval {key} {value}"})) << "the evaluation side only";
   EXPECT_EQ(d.essay_sentences.size(), 150u);
   for (const auto& s : d.essay_sentences) {
     EXPECT_LE(s.size(), 600u);
@@ -153,6 +182,109 @@ TEST(Niah, LoadedEssaySplitsIntoProseSentencesAndDropsOverlongOnes) {
   }
   EXPECT_EQ(d.essay_sentences[3], "This is sentence 3 of the test essay, wrapped over lines.");
   EXPECT_EQ(d.nouns, (std::vector<std::string>{"owl", "canyon"}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HeldOutPhrasing, PromptsUseOneFrameOfTheGivenPartsAndCarryEveryValue) {
+  auto rng = testing::rng_for_test();
+  const auto data = synthetic_data(rng);
+  const NiahGenerator gen(data, tokenizer(), rng());
+  ASSERT_EQ(heldout_phrasing_tasks().size(), ruler_niah_tasks().size());
+  for (size_t k = 0; k < heldout_phrasing_tasks().size(); ++k) {
+    const auto& t = heldout_phrasing_tasks()[k];
+    const auto& shape = ruler_niah_tasks()[k];
+    EXPECT_EQ(t.name, "heldout_" + shape.name.substr(5));
+    EXPECT_EQ(t.phrasing, Phrasing::kHeldOut);
+    EXPECT_EQ(
+        std::tie(t.haystack, t.key_kind, t.value_kind, t.keys, t.values_per_key, t.queries),
+        std::tie(shape.haystack, shape.key_kind, shape.value_kind, shape.keys, shape.values_per_key, shape.queries));
+    const int len = 1500, budget = 48;
+    const auto ex = gen.make(t, len, budget, static_cast<int>(rng() % 100));
+    SCOPED_TRACE(t.name + "\n" + ex.prompt);
+    EXPECT_EQ(ex.ids, tokenizer().encode(ex.prompt));
+    EXPECT_LE(static_cast<int>(ex.ids.size()) + budget, len);
+    EXPECT_GE(static_cast<int>(ex.ids.size()) + budget, len * 85 / 100);
+    EXPECT_EQ(ex.prompt.find("special magic"), std::string::npos);
+    EXPECT_TRUE(ex.prompt.starts_with("Read on.\n") || ex.prompt.starts_with("A text follows.\n"));
+    const auto a_count = std::distance(std::sregex_iterator(ex.prompt.begin(), ex.prompt.end(), kFrameA), {});
+    const auto b_count = std::distance(std::sregex_iterator(ex.prompt.begin(), ex.prompt.end(), kFrameB), {});
+    EXPECT_TRUE(a_count == 0 || b_count == 0) << "one needle frame per example";
+    const size_t needles = static_cast<size_t>(a_count + b_count);
+    const size_t want = static_cast<size_t>(t.queries) * t.values_per_key;
+    ASSERT_EQ(ex.expected.size(), want);
+    if (t.haystack == Haystack::kNeedles) {
+      EXPECT_GT(needles, static_cast<size_t>(len / 150));
+    } else {
+      EXPECT_EQ(needles, static_cast<size_t>(t.keys) * t.values_per_key);
+    }
+    for (const auto& v : ex.expected) {
+      const std::regex with_v("The (badge|cipher) of " + kKey + " (is|reads as) " + v + "\\.|" + v +
+                              " opens the (badge|cipher) of " + kKey + "\\.");
+      EXPECT_TRUE(std::regex_search(ex.prompt, with_v)) << v;
+    }
+    // The question and the prefix: plural noun and "are" for several values, the queried keys named.
+    const std::string question = ex.prompt.substr(ex.prompt.rfind('\n') + 1);
+    const bool one = want == 1;
+    EXPECT_TRUE(std::regex_search(question, std::regex(one ? "(badge|cipher) (is )?(tied|of)" : "(badges|ciphers)")));
+    EXPECT_TRUE(ex.prompt.ends_with("Answer:") || ex.prompt.ends_with(one ? " is" : " are"));
+    if (t.queries == 4) {
+      EXPECT_NE(question.find(", and "), std::string::npos);
+    }
+  }
+}
+
+TEST(HeldOutPhrasing, EveryPartIsDrawnAndRulerTasksDoNotNeedTheParts) {
+  auto rng = testing::rng_for_test();
+  auto data = synthetic_data(rng);
+  const NiahGenerator gen(data, tokenizer(), rng());
+  std::set<std::string> seen;
+  for (int i = 0; i < 40; ++i) {
+    const auto ex = gen.make(task_by_name("heldout_single_2"), 400, 16, i);
+    for (const char* part : {"Read on.", "A text follows.", " opens the ", " of ", "Answer:", "Which ", "Name the ",
+                             "badge", "cipher", " reads as "})
+      if (ex.prompt.find(part) != std::string::npos) seen.insert(part);
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  const auto ruler = gen.make(task_by_name("niah_single_2"), 400, 16, 1);
+  data.heldout_phrasing = {};
+  const NiahGenerator bare(data, tokenizer(), 1);
+  EXPECT_THROW(bare.make(task_by_name("heldout_single_2"), 400, 16, 1), std::runtime_error);
+  EXPECT_NO_THROW(bare.make(task_by_name("niah_single_2"), 400, 16, 1));
+}
+
+TEST(HeldOutPhrasing, LoaderReadsOneSideAndRefusesMalformedParts) {
+  const std::string dir = ::testing::TempDir() + "/phrasings_" + std::to_string(testing::test_seed());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& side, const std::string& needle, const std::string& noun,
+                   const std::string& question) {
+    std::ofstream(dir + "/" + side + "_nouns.txt") << noun << "\n";
+    std::ofstream(dir + "/" + side + "_verbs.txt") << "is\nwas\n";
+    std::ofstream(dir + "/" + side + "_needles.txt") << needle << "\n\n";
+    std::ofstream(dir + "/" + side + "_questions.txt") << question << "\n";
+    std::ofstream(dir + "/" + side + "_prefixes.txt") << "Answer:\n";
+    std::ofstream(dir + "/" + side + "_intros.txt") << "Read on.\n";
+  };
+  write("eval", "The {noun} of {key} {verb} {value}.", "badge|badges", "Which {nq} {be} tied to {query}?");
+  write("train", "{key} has {value}.", "code|codes", "What {be} the {nq} of {query}?");
+  const auto p = load_phrasing_parts(dir, "eval");
+  EXPECT_EQ(p.needles, (std::vector<std::string>{"The {noun} of {key} {verb} {value}."}));
+  EXPECT_EQ(p.nouns, (std::vector<std::pair<std::string, std::string>>{{"badge", "badges"}}));
+  EXPECT_EQ(p.verbs, (std::vector<std::string>{"is", "was"}));
+  EXPECT_EQ(load_phrasing_parts(dir, "train").needles, (std::vector<std::string>{"{key} has {value}."}));
+  EXPECT_THROW(load_phrasing_parts(dir, "test"), std::runtime_error);  // no such side
+  const std::pair<const char*, const char*> bad[] = {
+      {"The {noun} of {key} is.", "badge|badges"},        // needle without {value}
+      {"The {noun} of {key} is {value} {when}.", "a|b"},  // unknown placeholder
+      {"The {noun} of {key} is {value", "a|b"},           // unclosed brace
+      {"The {noun} of {key} is {value}.", "badge"},       // noun without its plural
+      {"The {noun} of {key} is {value}.", "a|b|c"},
+  };
+  for (const auto& [needle, noun] : bad) {
+    write("bad", needle, noun, "Which {nq} {be} tied to {query}?");
+    EXPECT_THROW(load_phrasing_parts(dir, "bad"), std::runtime_error) << needle << " / " << noun;
+  }
+  write("bad", "The {noun} of {key} is {value}.", "a|b", "Which {nq} {be} tied to {key}?");  // question: no {key}
+  EXPECT_THROW(load_phrasing_parts(dir, "bad"), std::runtime_error);
   std::filesystem::remove_all(dir);
 }
 

@@ -10,11 +10,12 @@
 namespace minimakv::eval {
 namespace {
 
-std::vector<NiahRecord> random_records(std::mt19937_64& rng) {
+std::vector<NiahRecord> random_records(std::mt19937_64& rng,
+                                       std::vector<const char*> tasks = {"niah_single_1", "niah_multivalue"}) {
   std::vector<NiahRecord> rs;
   std::bernoulli_distribution hit(0.8);
   std::uniform_real_distribution<double> sec(0.01, 2.0);
-  for (const char* task : {"niah_single_1", "niah_multivalue"})
+  for (const char* task : tasks)
     for (int i = 0; i < 12; ++i)
       for (const char* arm : {"bf16", "minima"}) {
         NiahRecord r;
@@ -53,6 +54,40 @@ TEST(Report, ShardsByTaskMergeIntoTheSingleRunReport) {
       merge_niah_records({niah_records_from_json(to_json(b, 3)), niah_records_from_json(to_json(a, 3))});
   EXPECT_EQ(niah_markdown(merged, 3), niah_markdown(rs, 3));
   EXPECT_THROW(merge_niah_records({a, b, {a.front()}}), std::invalid_argument);
+}
+
+// The mean score of `task`'s records of `arm` at 4096 tokens, x 100, as the report prints it.
+double mean_pct(const std::vector<NiahRecord>& rs, const std::string& task, const std::string& arm) {
+  double s = 0, n = 0;
+  for (const auto& r : rs)
+    if (r.task == task && r.arm == arm) s += r.score, n += 1;
+  return 100.0 * s / n;
+}
+
+TEST(Report, ARunMixingTaskGroupsGetsOneMacroPerGroupAndOneOverAll) {
+  auto rng = testing::rng_for_test();
+  const auto rs = random_records(rng, {"niah_single_1", "niah_multivalue", "heldout_single_1", "vt", "cwe"});
+  const auto md = niah_markdown(rs, 5);
+  const auto j = to_json(rs, 5);
+  auto summary = [&](const std::string& task) {
+    for (const auto& s : j["summary"])
+      if (s["task"] == task && s["arm"] == "bf16") return s["accuracy"].get<double>();
+    ADD_FAILURE() << "no summary of " << task;
+    return -1.0;
+  };
+  const double niah = (mean_pct(rs, "niah_single_1", "bf16") + mean_pct(rs, "niah_multivalue", "bf16")) / 2;
+  const double agg = (mean_pct(rs, "vt", "bf16") + mean_pct(rs, "cwe", "bf16")) / 2;
+  EXPECT_NEAR(summary("macro:niah"), niah, 1e-9);
+  EXPECT_NEAR(summary("macro:heldout"), mean_pct(rs, "heldout_single_1", "bf16"), 1e-9);
+  EXPECT_NEAR(summary("macro:aggregation"), agg, 1e-9);
+  EXPECT_NEAR(summary("macro"), (2 * niah + mean_pct(rs, "heldout_single_1", "bf16") + 2 * agg) / 5, 1e-9);
+  for (const char* row : {"| **macro, RULER NIAH** |", "| **macro, held-out phrasing NIAH** |",
+                          "| **macro, vt / cwe / fwe** |", "| **macro, all tasks** |"})
+    EXPECT_NE(md.find(row), std::string::npos) << row;
+  // One group: the single macro row, named as before.
+  const auto plain = niah_markdown(random_records(rng), 5);
+  EXPECT_NE(plain.find("| **macro** |"), std::string::npos);
+  EXPECT_EQ(plain.find("macro, "), std::string::npos);
 }
 
 TEST(Report, MalformedRecordsAreRefused) {

@@ -51,6 +51,9 @@ std::string body_of(const std::string& prompt) {
 TEST(RulerSynthetic, TheTasksAreKnownByNameBesideTheEightNiahTasks) {
   EXPECT_EQ(ruler_niah_tasks().size(), 8u);
   EXPECT_EQ(ruler_tasks().size(), 11u);
+  EXPECT_EQ(all_tasks().size(), 19u);
+  EXPECT_EQ(task_by_name("heldout_multiquery").phrasing, Phrasing::kHeldOut);
+  EXPECT_EQ(task_by_name("niah_multiquery").phrasing, Phrasing::kRuler);
   EXPECT_EQ(task_by_name("vt").family, TaskFamily::kVariableTracking);
   EXPECT_EQ(task_by_name("cwe").family, TaskFamily::kCommonWords);
   EXPECT_EQ(task_by_name("fwe").family, TaskFamily::kFrequentWords);
