@@ -196,11 +196,11 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
 
 std::string kl_markdown(const std::vector<KlRecord>& rs) {
   std::string md =
-      "\n| length | arm | windows | positions | mean KL(arm‖bf16) | p99 | mean KL(bf16‖arm) | p99 "
-      "|\n|---|---|---|---|---|---|---|---|\n";
+      "\n| length | arm | windows | positions | mean KL(arm‖bf16) | p99 | mean KL(bf16‖arm) | p99 | perplexity "
+      "|\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rs)
-    md += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} |\n", r.length, r.arm, r.windows,
-                      r.positions, r.mean, r.p99, r.mean_rev, r.p99_rev);
+    md += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {:.3f} |\n", r.length, r.arm,
+                      r.windows, r.positions, r.mean, r.p99, r.mean_rev, r.p99_rev, r.ppl);
   return md;
 }
 
@@ -335,7 +335,9 @@ nlohmann::json to_json(const std::vector<KlRecord>& rs) {
                  {"kl_arm_bf16_mean", r.mean},
                  {"kl_arm_bf16_p99", r.p99},
                  {"kl_bf16_arm_mean", r.mean_rev},
-                 {"kl_bf16_arm_p99", r.p99_rev}});
+                 {"kl_bf16_arm_p99", r.p99_rev},
+                 {"perplexity", r.ppl},
+                 {"perplexity_bf16", r.ppl_bf16}});
   return j;
 }
 

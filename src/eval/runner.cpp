@@ -198,38 +198,51 @@ std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, c
                              int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
                              int prefill_chunk, uint64_t seed) {
   if (windows < 1 || score_tokens < 1) throw std::invalid_argument("run_kl: windows and score_tokens must be positive");
-  const ArmSpec ref = make_arm("bf16", page_size, prefill_chunk);
-  std::vector<ArmSpec> specs;
+  std::vector<ArmSpec> specs{make_arm("bf16", page_size, prefill_chunk)};  // the reference first
   for (const auto& a : arms)
     if (a != "bf16") specs.push_back(make_arm(a, page_size, prefill_chunk));
   const size_t V = model.config().vocab_size;
   std::vector<KlRecord> out;
   for (int len : lengths) {
     if (score_tokens >= len) throw std::invalid_argument("run_kl: score_tokens must be below the length");
-    std::vector<std::vector<double>> fwd(specs.size()), rev(specs.size());
+    std::vector<std::vector<double>> fwd(specs.size()), rev(specs.size()), nll(specs.size());
     SplitMix rng(seed ^ static_cast<uint64_t>(len));
     for (int w = 0; w < windows; ++w) {
       // A window of held-out essay text, starting at a random sentence.
       const auto ids = essay_window(data, model.tokenizer(), rng.below(data.essay_sentences.size()), len);
-      const auto base = tail_log_probs(model, ids, ref, score_tokens);
+      const size_t first = ids.size() - static_cast<size_t>(score_tokens);
+      std::vector<float> base;
       for (size_t a = 0; a < specs.size(); ++a) {
         const auto lp = tail_log_probs(model, ids, specs[a], score_tokens);
+        for (int p = 0; p + 1 < score_tokens; ++p)
+          nll[a].push_back(-lp[p * V + static_cast<size_t>(ids[first + p + 1])]);
+        if (a == 0) {
+          base = lp;
+          continue;
+        }
         for (int p = 0; p < score_tokens; ++p) {
           fwd[a].push_back(kl(lp.data() + p * V, base.data() + p * V, V));
           rev[a].push_back(kl(base.data() + p * V, lp.data() + p * V, V));
         }
       }
     }
+    auto perplexity = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return v.empty() ? 0.0 : std::exp(s / static_cast<double>(v.size()));
+    };
     for (size_t a = 0; a < specs.size(); ++a) {
       KlRecord r;
       r.arm = specs[a].name;
       r.length = len;
       r.windows = windows;
-      r.positions = fwd[a].size();
+      r.positions = static_cast<size_t>(windows) * static_cast<size_t>(score_tokens);
       for (double x : fwd[a]) r.mean += x / static_cast<double>(fwd[a].size());
       for (double x : rev[a]) r.mean_rev += x / static_cast<double>(rev[a].size());
-      r.p99 = percentile(fwd[a], 0.99);
-      r.p99_rev = percentile(rev[a], 0.99);
+      r.p99 = a == 0 ? 0.0 : percentile(fwd[a], 0.99);
+      r.p99_rev = a == 0 ? 0.0 : percentile(rev[a], 0.99);
+      r.ppl = perplexity(nll[a]);
+      r.ppl_bf16 = perplexity(nll[0]);
       out.push_back(r);
     }
   }

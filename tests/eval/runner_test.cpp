@@ -1,7 +1,10 @@
 // Evaluation runs on the shipped model: every arm answers the same examples, the prefix-reuse arm really
 // serves the document from the cache, KV bytes reconcile and add up to whole pages of each format, and
-// the memory projection's bytes equal the page layouts' sizes times the page counts.
+// the memory projection's bytes equal the page layouts' sizes times the page counts; KL records carry the
+// held-out perplexity, checked against one forward pass's logits.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "minimakv/codec/page_layout.h"
 #include "minimakv/eval/runner.h"
@@ -86,6 +89,38 @@ TEST(EvalRunner, MemoryProjectionIsWholePagesOfEachFormat) {
   }
   EXPECT_LT(mem[3].kv.bytes_per_token, mem[2].kv.bytes_per_token) << "a smaller Recent window keeps fewer FP8 pages";
   EXPECT_GT(mem[0].kv.bytes_per_token / mem[2].kv.bytes_per_token, 3.5);
+}
+
+TEST(EvalRunner, KlRecordsCarryTheHeldOutPerplexityOfEachArm) {
+  const auto data = small_data();
+  const int len = 192, score = 40;
+  const auto recs = run_kl(model(), data, {len}, 1, score, {"fp8", "bf16"}, 32, 64, testing::test_seed());
+  ASSERT_EQ(recs.size(), 2u);
+  ASSERT_EQ(recs[0].arm, "bf16") << "the reference comes first, once";
+  ASSERT_EQ(recs[1].arm, "fp8");
+  EXPECT_EQ(recs[0].mean, 0.0);
+  EXPECT_EQ(recs[0].ppl, recs[0].ppl_bf16);
+  EXPECT_EQ(recs[1].ppl_bf16, recs[0].ppl);
+  EXPECT_GT(recs[1].mean, 0.0);
+  // Reference: the same window (run_kl's draw) in one forward pass over a bf16 store, every position's
+  // logits, log-softmax in double.
+  SplitMix rng(testing::test_seed() ^ static_cast<uint64_t>(len));
+  const auto ids = essay_window(data, model().tokenizer(), rng.below(data.essay_sentences.size()), len);
+  auto store = model().make_store(model().store_config(cache::KvMode::kBf16, 32, ids.size()));
+  const auto logits = model().forward(*store, store->create_sequence(), ids, /*all_logits=*/true);
+  const size_t V = model().config().vocab_size;
+  double nll = 0;
+  for (size_t p = ids.size() - score; p + 1 < ids.size(); ++p) {
+    const float* row = logits.data() + p * V;
+    double mx = row[0], z = 0;
+    for (size_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    for (size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+    nll += -(static_cast<double>(row[static_cast<size_t>(ids[p + 1])]) - mx - std::log(z));
+  }
+  const double ppl = std::exp(nll / (score - 1));
+  EXPECT_NEAR(recs[0].ppl, ppl, 2e-3 * ppl);
+  EXPECT_GT(ppl, 1.0);
+  EXPECT_NEAR(recs[1].ppl, ppl, 0.1 * ppl) << "fp8 KV changes the perplexity a little";
 }
 
 }  // namespace

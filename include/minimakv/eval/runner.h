@@ -67,10 +67,14 @@ struct KlRecord {
   size_t positions = 0;
   double mean = 0, p99 = 0;          // KL(P_arm || P_bf16) in nats
   double mean_rev = 0, p99_rev = 0;  // KL(P_bf16 || P_arm)
+  // Perplexity of the windows' own next tokens at the scored positions (the last, with no next token,
+  // left out): the arm's and bf16's. exp(mean negative log-likelihood).
+  double ppl = 0, ppl_bf16 = 0;
 };
 
 // Windows of held-out essay text of `length` tokens; the last `score_tokens` positions of each are
-// scored (their context is compressed in minima arms). bf16 is the reference.
+// scored (their context is compressed in minima arms). bf16 is the reference; its own record (KL 0)
+// comes first at each length and carries the model's held-out perplexity.
 std::vector<KlRecord> run_kl(const engine::Model& model, const NiahData& data, const std::vector<int>& lengths,
                              int windows, int score_tokens, const std::vector<std::string>& arms, int page_size,
                              int prefill_chunk, uint64_t seed);
