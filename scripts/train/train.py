@@ -34,8 +34,9 @@ import niah_data  # noqa: E402
 BUCKETS = [1024, 2048, 4096, 8192, 16384]
 BUCKET_P = [0.15, 0.25, 0.3, 0.2, 0.1]
 # Training tasks and their weights; the last two (distractor-needle shapes) get --hard-boost more draws.
-TASKS = list(niah_data.RULER_TASKS) + ["mixed", "passkey", "vt", "cwe", "fwe", "niah_multikey_2", "niah_multikey_3"]
+TASKS = list(niah_data.RULER_TASKS) + ["mixed", "passkey", "vt", "cwe", "fwe"]
 TASK_W = [1.0] * len(niah_data.RULER_TASKS) + [2.0, 0.5, 1.5, 1.5, 1.5]
+TASKS += ["niah_multikey_2", "niah_multikey_3"]  # drawn --hard-boost more times
 
 
 def build_config(vocab, args):
@@ -62,6 +63,8 @@ def worker(rank, args, queue, tokens_per_step):
                               heldout_words=niah_data.phrasing_words(args.data, "eval"))
     eos, pad = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|pad|>")
     cpt = {}  # running chars per token per task family
+    weights = [w * (args.agg_weight if t in niah_data.AGGREGATION_TASKS else 1.0) for t, w in zip(TASKS, TASK_W)]
+    weights += [args.hard_boost] * 2
     while True:
         T = rng.choices(BUCKETS, args.bucket_p)[0]
         B = max(1, tokens_per_step // T)
@@ -75,7 +78,7 @@ def worker(rank, args, queue, tokens_per_step):
                 ids[b] = row[: T + 1]
                 w[b, 1:] = args.lm_weight
                 continue
-            task = rng.choices(TASKS, TASK_W + [args.hard_boost] * 2)[0]
+            task = rng.choices(TASKS, weights)[0]
             form = "composed" if rng.random() < args.composed_frac else "ruler"
             key = (task, form)
             ratio = cpt.get(key, 3.0)
@@ -166,6 +169,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--bucket-p", type=float, nargs=len(BUCKETS), default=BUCKET_P,
                     help="probability of each length bucket " + str(BUCKETS))
+    ap.add_argument("--agg-weight", type=float, default=1.0, help="scales the draws of vt, cwe and fwe")
     ap.add_argument("--hard-boost", type=int, default=1, help="extra draws of the distractor-needle tasks")
     ap.add_argument("--final-eval-lengths", type=int, nargs="*", default=[4096, 16384])
     ap.add_argument("--final-eval-n", type=int, default=4)
