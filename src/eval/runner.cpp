@@ -1,6 +1,7 @@
 #include "minimakv/eval/runner.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
 
@@ -17,6 +18,12 @@ std::string ArmSpec::describe() const {
   if (cache::retiers(opt.mode))
     s += "; Recent " + std::to_string(c.recent_window) + " pages, sinks " + std::to_string(c.sink_pages) +
          (c.scoring ? ", " + std::to_string(c.anchor_budget) + " scored Anchor pages" : ", no scored anchors");
+  if (!opt.protected_layers.empty()) {
+    s += "; layers";
+    for (size_t i = 0; i < opt.protected_layers.size(); ++i)
+      s += (i ? ", " : " ") + std::to_string(opt.protected_layers[i]);
+    s += " kept in FP8";
+  }
   if (prefix_reuse) s += "; document cached by a first request, question asked through the prefix cache";
   return s;
 }
@@ -24,6 +31,58 @@ std::string ArmSpec::describe() const {
 std::vector<std::string> known_arms() {
   return {"bf16", "fp8", "minima", "minima-scored", "minima-aggr", "minima-reuse"};
 }
+
+namespace {
+
+[[noreturn]] void bad_arm(std::string_view name, const std::string& why) {
+  throw std::invalid_argument("arm '" + std::string(name) + "': " + why);
+}
+
+uint32_t arm_count(std::string_view name, std::string_view key, std::string_view v, uint32_t lo) {
+  uint32_t x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < lo || x > 1u << 20)
+    bad_arm(name,
+            std::string(key) + " takes a whole number from " + std::to_string(lo) + ", got '" + std::string(v) + "'");
+  return x;
+}
+
+// The modifiers after the base name: @recent=W, @sinks=S, @anchors=A (scored Anchor pages; 0 turns
+// scoring off), @protect=L+L+... (layers whose pages stay FP8 in every tier).
+void apply_modifiers(ArmSpec& a, std::string_view name, std::string_view mods) {
+  if (!cache::retiers(a.opt.mode)) bad_arm(name, "modifiers apply to minima arms only");
+  if (mods.empty()) bad_arm(name, "an empty modifier");
+  while (!mods.empty()) {
+    const size_t next = mods.find('@');
+    const std::string_view m = mods.substr(0, next);
+    mods = next == std::string_view::npos ? std::string_view{} : mods.substr(next + 1);
+    if (next != std::string_view::npos && mods.empty()) bad_arm(name, "an empty modifier");
+    const size_t eq = m.find('=');
+    if (eq == std::string_view::npos) bad_arm(name, "modifier '" + std::string(m) + "' is not key=value");
+    const std::string_view key = m.substr(0, eq), v = m.substr(eq + 1);
+    auto& c = a.opt.controller;
+    if (key == "recent") {
+      c.recent_window = arm_count(name, key, v, 1);
+    } else if (key == "sinks") {
+      c.sink_pages = arm_count(name, key, v, 0);
+    } else if (key == "anchors") {
+      c.anchor_budget = arm_count(name, key, v, 0);
+      c.scoring = c.anchor_budget > 0;
+    } else if (key == "protect") {
+      a.opt.protected_layers.clear();
+      for (std::string_view rest = v; !rest.empty();) {
+        const size_t plus = rest.find('+');
+        a.opt.protected_layers.push_back(static_cast<int>(arm_count(name, key, rest.substr(0, plus), 0)));
+        rest = plus == std::string_view::npos ? std::string_view{} : rest.substr(plus + 1);
+        if (plus != std::string_view::npos && rest.empty()) bad_arm(name, "protect ends with '+'");
+      }
+    } else {
+      bad_arm(name, "unknown modifier '" + std::string(key) + "' (recent, sinks, anchors, protect)");
+    }
+  }
+}
+
+}  // namespace
 
 ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk) {
   ArmSpec a;
@@ -35,25 +94,29 @@ ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk) {
   a.opt.controller.sink_pages = 1;
   a.opt.controller.anchor_budget = 0;
   a.opt.controller.scoring = false;
-  if (name == "bf16") {
+  const size_t at = name.find('@');
+  const std::string_view base = name.substr(0, at);
+  if (base == "bf16") {
     a.opt.mode = cache::KvMode::kBf16;
-  } else if (name == "fp8") {
+  } else if (base == "fp8") {
     a.opt.mode = cache::KvMode::kFp8;
-  } else if (name == "minima" || name == "minima-reuse") {
+  } else if (base == "minima" || base == "minima-reuse") {
     a.opt.mode = cache::KvMode::kMinima;
-    a.prefix_reuse = name == "minima-reuse";
-  } else if (name == "minima-scored") {
+    a.prefix_reuse = base == "minima-reuse";
+  } else if (base == "minima-scored") {
     a.opt.mode = cache::KvMode::kMinima;
     a.opt.controller.scoring = true;
     a.opt.controller.anchor_budget = 4;
-  } else if (name == "minima-aggr") {
+  } else if (base == "minima-aggr") {
     a.opt.mode = cache::KvMode::kMinima;
     a.opt.controller.recent_window = 1;
   } else {
     std::string known;
     for (const auto& k : known_arms()) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("unknown arm '" + std::string(name) + "' (arms: " + known + ")");
+    throw std::invalid_argument("unknown arm '" + std::string(name) + "' (arms: " + known +
+                                "; minima arms take @recent=W, @sinks=S, @anchors=A, @protect=L+L)");
   }
+  if (at != std::string_view::npos) apply_modifiers(a, name, name.substr(at + 1));
   return a;
 }
 
