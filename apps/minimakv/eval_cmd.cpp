@@ -192,7 +192,9 @@ const Registration kCommand(
        sub.add_option("--first-example", opt->first_example,
                       "index of the first example (split one protocol into runs)")
            ->check(CLI::Range(0, 100000));
-       sub.add_option("--arms", opt->arms, "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse")
+       sub.add_option("--arms", opt->arms,
+                      "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse; a minima arm may add "
+                      "@recent=W, @sinks=S, @anchors=A, @protect=L+L (e.g. minima@recent=8@protect=0)")
            ->delimiter(',');
        sub.add_option("--seed", opt->seed, "example and bootstrap seed");
        sub.add_option("--page-size", opt->page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
