@@ -1,4 +1,4 @@
-"""Synthetic long-context data for training the embedded model, and its training-time quick checks.
+"""Synthetic long-context data for training the embedded model (and for train.py's quick checks).
 
 Retrieval (NIAH) examples come in two forms: RULER's own template (the evaluation's RULER tasks use it;
 training on it is allowed) and composed phrasings, one part of each category of phrasing_parts.py (what
