@@ -44,11 +44,19 @@ def split_on_disk_is_the_hash_split(data):
             check(part in sides[want], f"{cat}: '{part}' is not on its hash's side ({want})")
 
 
+# What a placeholder of a training example can be filled with: keys and values are adjective-noun words,
+# 7-digit numbers, UUIDs or letter-digit codes; nouns one or two words; verbs up to four words.
+ATOM = r"(?:[a-z]+-[a-z]+|\d{7}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[A-Z0-9]{4}-[A-Z0-9]{3,5})"
+FILL = {"key": ATOM, "value": ATOM, "query": r"[^\n?]{1,400}?", "noun": r"[A-Za-z]+(?: [a-z]+)?",
+        "nq": r"[A-Za-z]+(?: [a-z]+)?", "verb": r"[a-z]+(?: [a-z]+){0,3}", "be": r"(?:is|are)"}
+
+
 def frame_pattern(frame):
-    """A regex matching any filling of `frame` (placeholders as short runs without sentence ends)."""
+    """A regex matching any filling of `frame` with what training examples fill placeholders with."""
     out = ""
     for piece in re.split(r"(\{[a-z]+\})", frame):
-        out += r"[^\n.?]{1,80}?" if re.fullmatch(r"\{[a-z]+\}", piece) else re.escape(piece)
+        m = re.fullmatch(r"\{([a-z]+)\}", piece)
+        out += FILL[m.group(1)] if m else re.escape(piece)
     return re.compile(out)
 
 
