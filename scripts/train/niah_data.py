@@ -76,10 +76,12 @@ class Generator:
     """Examples of about n_chars characters: (prompt ending in the answer prefix, answer, expected values)."""
 
     def __init__(self, words, sentences, rng, phrasings, ruler_defaults=False, random_noun_frac=0.0,
-                 heldout_words=None):
+                 heldout_words=None, vary_frac=0.0):
         """ruler_defaults: vt, cwe and fwe as RULER (and the C++ evaluation) define them: one chain of four
-        hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those."""
+        hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those.
+        vary_frac (training only): share of composed examples whose parts are perturbed (see _vary)."""
         self.ruler_defaults = ruler_defaults
+        self.vary_frac = vary_frac
         # Training only: the hidden thing may be any noun of the (train) word list, so retrieval cannot
         # lean on a few nouns; words of the held-out parts are never drawn.
         self.random_noun_frac = random_noun_frac
@@ -90,6 +92,7 @@ class Generator:
         single = {w for ws in words.values() for w in ws if w.isalpha()}
         self.single_words = sorted(single)
         self.nouns = [w for w in words["nouns"] if w.isalpha() and w not in (heldout_words or set())]
+        self.fillers = sorted({w for ws in words.values() for w in ws if w.isalpha()} - (heldout_words or set()))
 
     # ---- atoms
     def key_word(self):
@@ -109,6 +112,41 @@ class Generator:
 
     def atom(self, kind):
         return self.key_word() if kind == "words" else self.value(kind)
+
+    # ---- perturbed phrasing parts (training only)
+    def _vary(self, part):
+        """A copy of a phrasing part with one word replaced, one or two inserted or one dropped (random words
+        of the training word lists, never a word of a held-out part), sometimes lower-cased: ~100 train
+        parts become many thousands, so the model must find the key and the noun rather than recognise a
+        frame. Placeholders stay whole."""
+        rng = self.rng
+        toks = part.split(" ")
+        plain = [i for i, t in enumerate(toks) if "{" not in t]
+        r = rng.random()
+        if r < 0.35 and plain:
+            toks[rng.choice(plain)] = rng.choice(self.fillers)
+        elif r < 0.7:
+            for _ in range(rng.randint(1, 2)):
+                toks.insert(rng.randrange(len(toks)), rng.choice(self.fillers))  # never after the last word
+        elif r < 0.85 and len(plain) > 2:
+            del toks[rng.choice(plain)]
+        out = " ".join(toks)
+        return out.lower() if rng.random() < 0.15 else out
+
+    def _composed_parts(self):
+        """(intro, needle frame, question, prefix, verb) of one composed example, perturbed for a vary_frac
+        share of training examples: a random training sentence as the intro, a random word and a colon as
+        the answer prefix, or _vary on each part."""
+        rng, ph = self.rng, self.phrasings
+        parts = [rng.choice(ph[c]) for c in ("intros", "needles", "questions", "prefixes", "verbs")]
+        if rng.random() >= self.vary_frac:
+            return parts
+        parts = [self._vary(p) if rng.random() < 0.5 else p for p in parts]
+        if rng.random() < 0.25:
+            parts[0] = rng.choice(self.sentences)
+        if rng.random() < 0.2:
+            parts[3] = rng.choice(self.fillers).capitalize() + ":"
+        return parts
 
     # ---- haystacks
     def _haystack(self, kind, n_chars, make_distractor):
@@ -167,7 +205,7 @@ class Generator:
                 noun_p = noun_s + ("es" if noun_s.endswith(("s", "x", "ch", "sh")) else "s")
             else:
                 noun_s, noun_p = rng.choice(ph["nouns"]).split("|")
-            frame, verb = rng.choice(ph["needles"]), rng.choice(ph["verbs"])
+            intro, frame, question, prefix_part, verb = self._composed_parts()
 
             def needle(k, v):
                 return frame.format(noun=noun_s, key=k, value=v, verb=verb)
@@ -199,9 +237,9 @@ class Generator:
             prefix = f" The special magic {v} for {query} mentioned in the provided text {be}"
         else:
             nq = noun_s if one else noun_p
-            head = rng.choice(ph["intros"]) + "\n"
-            q = "\n" + rng.choice(ph["questions"]).format(be=be, nq=nq, query=query)
-            prefix = " " + rng.choice(ph["prefixes"]).format(be=be, nq=nq, query=query)
+            head = intro + "\n"
+            q = "\n" + question.format(be=be, nq=nq, query=query)
+            prefix = " " + prefix_part.format(be=be, nq=nq, query=query)
         answer = " " + join_keys(expected) + "."
         return head + context + q + prefix, answer, expected
 

@@ -60,7 +60,7 @@ def worker(rank, args, queue, tokens_per_step):
     with open(os.path.join(args.data, "corpus", "train.txt"), encoding="utf-8") as f:
         docs = [d.strip() for d in f.read().split("\f") if d.strip()]
     gen = niah_data.Generator(words, sents, rng, phrasings, random_noun_frac=args.random_noun_frac,
-                              heldout_words=niah_data.phrasing_words(args.data, "eval"))
+                              heldout_words=niah_data.phrasing_words(args.data, "eval"), vary_frac=args.vary_frac)
     eos, pad = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|pad|>")
     cpt = {}  # running chars per token per task family
     weights = [w * (args.agg_weight if t in niah_data.AGGREGATION_TASKS else 1.0) for t, w in zip(TASKS, TASK_W)]
@@ -165,6 +165,8 @@ def main():
                     help="share of retrieval examples phrased from the train phrasing parts (the rest: RULER's)")
     ap.add_argument("--random-noun-frac", type=float, default=0.5,
                     help="share of composed examples whose hidden thing is a random noun of the train words")
+    ap.add_argument("--vary-frac", type=float, default=0.5,
+                    help="share of composed examples with perturbed parts (words swapped, inserted, dropped)")
     ap.add_argument("--eval-every", type=float, default=3.0, help="minutes between quick evals")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--bucket-p", type=float, nargs=len(BUCKETS), default=BUCKET_P,

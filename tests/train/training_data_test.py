@@ -57,7 +57,7 @@ def frame_pattern(frame):
     for piece in re.split(r"(\{[a-z]+\})", frame):
         m = re.fullmatch(r"\{([a-z]+)\}", piece)
         out += FILL[m.group(1)] if m else re.escape(piece)
-    return re.compile(out)
+    return re.compile(out, re.IGNORECASE)  # training lower-cases some parts
 
 
 def training_never_uses_held_out_parts(data, rng):
@@ -65,7 +65,7 @@ def training_never_uses_held_out_parts(data, rng):
     gen = niah_data.Generator(niah_data.load_words(data, "train"),
                               niah_data.load_sentences(os.path.join(data, "corpus", "train.txt"), 2_000_000), rng,
                               niah_data.load_phrasings(data, "train"), random_noun_frac=0.5,
-                              heldout_words=niah_data.phrasing_words(data, "eval"))
+                              heldout_words=niah_data.phrasing_words(data, "eval"), vary_frac=0.5)
     # Needle frames are matched in the context, questions and prefixes in the last line, intros in the first.
     needle_pats = [frame_pattern(f) for f in held["needles"]]
     tail_pats = [frame_pattern(f) for f in held["questions"] + held["prefixes"]]
