@@ -5,6 +5,7 @@
 #   LENGTHS=4096 EXAMPLES=8 bash scripts/eval/run-eval.sh   # a smaller run
 # BIN picks the minimakv binary (default build/release/apps/minimakv/minimakv); OUT the output folder
 # (default build/eval). The run's command line, date and machine are written next to the numbers.
+# MODEL picks the model directory (default: the engine's, the embedded model).
 # DEVICE=cuda runs the engine on the GPU (the CUDA backend); WHAT=niah|kl|memory|all picks the parts.
 # TASKS picks the NIAH-report tasks: a comma list, or "all" for RULER's eight NIAH tasks, the same shapes in
 # held-out phrasing (heldout_*) and vt, cwe, fwe (default: RULER's eight NIAH tasks).
@@ -26,6 +27,7 @@ common=(--device "$DEVICE" --lengths "${LENGTHS:-4096,8192,16384}" --examples "$
         --first-example "${FIRST_EXAMPLE:-0}"
         --arms "${ARMS:-bf16,fp8,minima,minima-scored,minima-aggr,minima-reuse}"
         --kl-lengths "${KL_LENGTHS:-4096,16384}" --kl-windows "${KL_WINDOWS:-8}" --seed "${SEED:-1}")
+if [[ -n "${MODEL:-}" ]]; then common+=(--model "$MODEL"); fi
 tasks=(niah_single_1 niah_single_2 niah_single_3 niah_multikey_1 niah_multikey_2 niah_multikey_3 niah_multivalue
        niah_multiquery)
 if [[ "${TASKS:-}" == all ]]; then
