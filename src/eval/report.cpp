@@ -87,6 +87,9 @@ Summaries summarize(const std::vector<NiahRecord>& rs, uint64_t seed) {
   const auto arms = ordered_unique(rs, &NiahRecord::arm);
   const auto tasks = ordered_unique(rs, &NiahRecord::task);
   const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
+  const auto groups = groups_present(tasks);
+  std::vector<int> group(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) group[i] = group_of(tasks[i]);
   Summaries out;
   uint64_t k = seed;
   for (int len : ordered_unique(rs, &NiahRecord::length)) {
@@ -99,10 +102,10 @@ Summaries summarize(const std::vector<NiahRecord>& rs, uint64_t seed) {
         out[{len, a, t}] = paired_bootstrap(arm_s.back(), base_s.back(), ++k);
       }
       out[{len, a, "macro"}] = paired_bootstrap_macro(arm_s, base_s, ++k);
-      for (const int g : groups_present(tasks)) {
+      for (const int g : groups) {
         std::vector<std::vector<double>> arm_g, base_g;
         for (size_t i = 0; i < tasks.size(); ++i)
-          if (group_of(tasks[i]) == g) {
+          if (group[i] == g) {
             arm_g.push_back(arm_s[i]);
             base_g.push_back(base_s[i]);
           }
@@ -122,6 +125,7 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
   const auto lengths = ordered_unique(rs, &NiahRecord::length);
   const bool has_base = std::find(arms.begin(), arms.end(), "bf16") != arms.end();
   const auto sum = summarize(rs, seed);
+  const auto groups = groups_present(tasks);
   for (int len : lengths) {
     const auto s = scores_at(rs, len);
     size_t n = 0;
@@ -150,8 +154,8 @@ std::string niah_markdown(const std::vector<NiahRecord>& rs, uint64_t seed) {
       }
       md += "\n";
     };
-    for (const int g : groups_present(tasks)) macro_row(kGroups[g].label, kGroups[g].key);
-    macro_row(groups_present(tasks).empty() ? "macro" : "macro, all tasks", "macro");
+    for (const int g : groups) macro_row(kGroups[g].label, kGroups[g].key);
+    macro_row(groups.empty() ? "macro" : "macro, all tasks", "macro");
   }
   // Memory and speed per arm and length, from the runs' own accounting and clocks.
   md +=

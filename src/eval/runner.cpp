@@ -47,16 +47,24 @@ uint32_t arm_count(std::string_view name, std::string_view key, std::string_view
   return x;
 }
 
+// The pieces of `s` between `sep`s; an empty piece (two `sep`s in a row, or one at either end) is an error.
+std::vector<std::string_view> arm_pieces(std::string_view name, std::string_view s, char sep, const char* what) {
+  std::vector<std::string_view> out;
+  for (size_t start = 0;;) {
+    const size_t end = s.find(sep, start);
+    const std::string_view piece = s.substr(start, end == std::string_view::npos ? end : end - start);
+    if (piece.empty()) bad_arm(name, std::string("an empty ") + what);
+    out.push_back(piece);
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
 // The modifiers after the base name: @recent=W, @sinks=S, @anchors=A (scored Anchor pages; 0 turns
 // scoring off), @protect=L+L+... (layers whose pages stay FP8 in every tier).
 void apply_modifiers(ArmSpec& a, std::string_view name, std::string_view mods) {
   if (!cache::retiers(a.opt.mode)) bad_arm(name, "modifiers apply to minima arms only");
-  if (mods.empty()) bad_arm(name, "an empty modifier");
-  while (!mods.empty()) {
-    const size_t next = mods.find('@');
-    const std::string_view m = mods.substr(0, next);
-    mods = next == std::string_view::npos ? std::string_view{} : mods.substr(next + 1);
-    if (next != std::string_view::npos && mods.empty()) bad_arm(name, "an empty modifier");
+  for (const std::string_view m : arm_pieces(name, mods, '@', "modifier")) {
     const size_t eq = m.find('=');
     if (eq == std::string_view::npos) bad_arm(name, "modifier '" + std::string(m) + "' is not key=value");
     const std::string_view key = m.substr(0, eq), v = m.substr(eq + 1);
@@ -70,12 +78,8 @@ void apply_modifiers(ArmSpec& a, std::string_view name, std::string_view mods) {
       c.scoring = c.anchor_budget > 0;
     } else if (key == "protect") {
       a.opt.protected_layers.clear();
-      for (std::string_view rest = v; !rest.empty();) {
-        const size_t plus = rest.find('+');
-        a.opt.protected_layers.push_back(static_cast<int>(arm_count(name, key, rest.substr(0, plus), 0)));
-        rest = plus == std::string_view::npos ? std::string_view{} : rest.substr(plus + 1);
-        if (plus != std::string_view::npos && rest.empty()) bad_arm(name, "protect ends with '+'");
-      }
+      for (const std::string_view layer : arm_pieces(name, v, '+', "protect layer"))
+        a.opt.protected_layers.push_back(static_cast<int>(arm_count(name, key, layer, 0)));
     } else {
       bad_arm(name, "unknown modifier '" + std::string(key) + "' (recent, sinks, anchors, protect)");
     }

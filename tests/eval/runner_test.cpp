@@ -80,9 +80,9 @@ TEST(EvalRunner, ArmModifiersSetTheControllerAndProtectedLayers) {
   EXPECT_EQ(s.opt.controller.anchor_budget, 8u);
   EXPECT_FALSE(make_arm("minima-scored@anchors=0", 64, 512).opt.controller.scoring);
   EXPECT_TRUE(make_arm("minima-reuse@recent=2", 64, 512).prefix_reuse);
-  for (const char* bad :
-       {"minima@recent=0", "minima@recent=x", "minima@recent=", "minima@recent", "minima@color=2", "minima@protect=0+",
-        "minima@protect=-1", "fp8@recent=8", "bf16@protect=0", "minima@", "minima@recent=8x"})
+  for (const char* bad : {"minima@recent=0", "minima@recent=x", "minima@recent=", "minima@recent", "minima@color=2",
+                          "minima@protect=0+", "minima@protect=-1", "minima@protect=", "minima@protect=0++1",
+                          "minima@recent=8@@sinks=1", "fp8@recent=8", "bf16@protect=0", "minima@", "minima@recent=8x"})
     EXPECT_THROW(make_arm(bad, 64, 512), std::invalid_argument) << bad;
   // A protected layer's Stale pages stay FP8: the same Recent and Anchor bytes, more Stale bytes, by
   // exactly one layer's Stale pages at FP8 instead of TQ3.
