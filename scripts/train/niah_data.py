@@ -90,9 +90,10 @@ class Generator:
         self.rng = rng
         self.phrasings = phrasings
         single = {w for ws in words.values() for w in ws if w.isalpha()}
+        held = heldout_words or set()
         self.single_words = sorted(single)
-        self.nouns = [w for w in words["nouns"] if w.isalpha() and w not in (heldout_words or set())]
-        self.fillers = sorted({w for ws in words.values() for w in ws if w.isalpha()} - (heldout_words or set()))
+        self.nouns = [w for w in words["nouns"] if w.isalpha() and w not in held]
+        self.fillers = sorted(single - held)
 
     # ---- atoms
     def key_word(self):
