@@ -76,12 +76,15 @@ class Generator:
     """Examples of about n_chars characters: (prompt ending in the answer prefix, answer, expected values)."""
 
     def __init__(self, words, sentences, rng, phrasings, ruler_defaults=False, random_noun_frac=0.0,
-                 heldout_words=None, vary_frac=0.0):
+                 heldout_words=None, vary_frac=0.0, cwe_first_order=False):
         """ruler_defaults: vt, cwe and fwe as RULER (and the C++ evaluation) define them: one chain of four
         hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those.
-        vary_frac (training only): share of composed examples whose parts are perturbed (see _vary)."""
+        vary_frac (training only): share of composed examples whose parts are perturbed (see _vary).
+        cwe_first_order (training only): cwe answers list the common words in the order of their first
+        appearance in the list instead of a random order (RULER scores the set, so either is right)."""
         self.ruler_defaults = ruler_defaults
         self.vary_frac = vary_frac
+        self.cwe_first_order = cwe_first_order
         # Training only: the hidden thing may be any noun of the (train) word list, so retrieval cannot
         # lean on a few nouns; words of the held-out parts are never drawn.
         self.random_noun_frac = random_noun_frac
@@ -319,7 +322,13 @@ class Generator:
         tail = (f"\nQuestion: What are the {n_common} most common words in the above list? Answer: The top {n_common} "
                 f"words that appear most often in the list are:")
         order = common[:]
-        rng.shuffle(order)
+        if self.cwe_first_order:
+            first = {}
+            for i, w in enumerate(items):
+                first.setdefault(w, i)
+            order.sort(key=first.__getitem__)
+        else:
+            rng.shuffle(order)
         return head + body + tail, " " + ", ".join(order) + ".", order
 
     def frequent_words(self, n_chars, top=3):

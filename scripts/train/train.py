@@ -60,7 +60,8 @@ def worker(rank, args, queue, tokens_per_step):
     with open(os.path.join(args.data, "corpus", "train.txt"), encoding="utf-8") as f:
         docs = [d.strip() for d in f.read().split("\f") if d.strip()]
     gen = niah_data.Generator(words, sents, rng, phrasings, random_noun_frac=args.random_noun_frac,
-                              heldout_words=niah_data.phrasing_words(args.data, "eval"), vary_frac=args.vary_frac)
+                              heldout_words=niah_data.phrasing_words(args.data, "eval"), vary_frac=args.vary_frac,
+                              cwe_first_order=args.cwe_order == "first")
     eos, pad = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|pad|>")
     cpt = {}  # running chars per token per task family
     weights = [w * (args.agg_weight if t in niah_data.AGGREGATION_TASKS else 1.0) for t, w in zip(TASKS, TASK_W)]
@@ -172,6 +173,8 @@ def main():
     ap.add_argument("--bucket-p", type=float, nargs=len(BUCKETS), default=BUCKET_P,
                     help="probability of each length bucket " + str(BUCKETS))
     ap.add_argument("--agg-weight", type=float, default=1.0, help="scales the draws of vt, cwe and fwe")
+    ap.add_argument("--cwe-order", choices=["random", "first"], default="random",
+                    help="order of the common words in cwe answers: random, or as they first appear in the list")
     ap.add_argument("--hard-boost", type=int, default=1, help="extra draws of the distractor-needle tasks")
     ap.add_argument("--final-eval-lengths", type=int, nargs="*", default=[4096, 16384])
     ap.add_argument("--final-eval-n", type=int, default=4)

@@ -120,6 +120,10 @@ def common_words_are_the_most_common(gen, rng):
         check(len(expected) == n and set(expected) == {w for w, c in counts.items() if c >= ranked[n - 1]},
               "cwe: expected are the top words")
         check(len(ranked) > n and ranked[n - 1] > ranked[n], "cwe: a strict gap after the common words")
+        check(answer == " " + ", ".join(expected) + ".", "cwe: answer text")
+        if gen.cwe_first_order:
+            first = [w for i, (_, w) in enumerate(entries) if w in expected and w not in (e for _, e in entries[:i])]
+            check(expected == first, "cwe: the answer lists the common words as they first appear")
 
 
 def frequent_words_are_the_most_frequent(gen, rng):
@@ -156,6 +160,9 @@ def main():
                  lambda: training_never_uses_held_out_parts(args.data, rng),
                  lambda: variable_tracking_answers_follow_the_chain(gen, rng),
                  lambda: common_words_are_the_most_common(gen, rng),
+                 lambda: common_words_are_the_most_common(
+                     niah_data.Generator(words, ["A sentence."] * 50, rng, niah_data.load_phrasings(args.data, "train"),
+                                         cwe_first_order=True), rng),
                  lambda: frequent_words_are_the_most_frequent(gen, rng),
                  lambda: ruler_defaults_are_rulers(args.data, rng)):
         test()
