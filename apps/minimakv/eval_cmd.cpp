@@ -194,7 +194,7 @@ const Registration kCommand(
            ->check(CLI::Range(0, 100000));
        sub.add_option("--arms", opt->arms,
                       "arms: bf16, fp8, minima, minima-scored, minima-aggr, minima-reuse; a minima arm may add "
-                      "@recent=W, @sinks=S, @anchors=A, @protect=L+L (e.g. minima@recent=8@protect=0)")
+                      "@recent=W, @sinks=S, @anchors=A, @protect=L+L, @tq4=L+L (e.g. minima@recent=8@tq4=0+6)")
            ->delimiter(',');
        sub.add_option("--seed", opt->seed, "example and bootstrap seed");
        sub.add_option("--page-size", opt->page_size, "tokens per KV page")->check(CLI::Range(16, 4096));

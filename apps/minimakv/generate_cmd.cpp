@@ -211,9 +211,11 @@ int run_generate(GenerateCmdOptions opt) {
       if (done == total) fmt::print(stderr, "\n");
     };
   }
-  for (int l : opt.gen.protected_layers)
-    if (l < 0 || l >= model->config().num_hidden_layers)
-      throw std::invalid_argument("generate: protected layer " + std::to_string(l) + " out of range");
+  for (const auto* list : {&opt.gen.protected_layers, &opt.gen.tq4_layers})
+    for (int l : *list)
+      if (l < 0 || l >= model->config().num_hidden_layers)
+        throw std::invalid_argument(std::string("generate: ") + (list == &opt.gen.tq4_layers ? "TQ4" : "protected") +
+                                    " layer " + std::to_string(l) + " out of range");
   std::string streamed;
   const auto r = engine::generate(*model, ids, opt.gen, [&](int32_t t) {
     if (opt.json) return;
@@ -303,6 +305,8 @@ const Registration kCommand(
        sub.add_option("--checkpoint-interval", opt->gen.checkpoint_interval, "decode tokens between retier checkpoints")
            ->check(CLI::Range(0, 1 << 20));
        sub.add_option("--protected-layers", opt->gen.protected_layers, "layers kept FP8 in every tier (minima)")
+           ->check(CLI::Range(0, 1 << 18));
+       sub.add_option("--tq4-layers", opt->gen.tq4_layers, "layers whose Stale pages are TQ4 instead of TQ3 (minima)")
            ->check(CLI::Range(0, 1 << 18));
        sub.add_option("--temperature", opt->gen.temperature, "0 for greedy")
            ->check(finite())

@@ -4,8 +4,8 @@
 // Decoding is fused into the arithmetic: a row's codes are turned into one vector of floats at a time
 // (BF16: widen and shift; FP8: sign-extend, shift, mask and an exponent rebias; TQ3: 3-bit codes
 // unpacked by an in-block byte shuffle and a per-lane shift, or one VBMI multishift on AVX3_DL, then a
-// register table of Lloyd-Max levels) and used at once by every query head of the GQA group, so no
-// decoded row is ever stored and read back.
+// register table of Lloyd-Max levels; TQ4: nibbles by the same shuffle and shift, a 16-level table) and used at once by
+// every query head of the GQA group, so no decoded row is ever stored and read back.
 //  - Logits: tiles of four rows; up to six heads (two below AVX-512) keep four accumulators each in
 //    registers, and a tile's dot products are reduced together (two interleave levels and a block
 //    fold) rather than one horizontal sum each.
@@ -29,6 +29,7 @@
 
 #include "minimakv/codec/half.h"
 #include "minimakv/codec/tq3.h"
+#include "minimakv/codec/tq4.h"
 #include "page_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -205,13 +206,68 @@ class DecodeTq3 {
 #endif
 };
 
+// TQ4: two codes per byte. kN / 2 bytes (at most 8) are broadcast to every 64-bit lane; a byte shuffle
+// inside each 128-bit block gives 32-bit lane k the byte k / 2, a per-lane shift (0 or 4) and a mask
+// extract its code, and a register table of the 16 levels maps it (one permute with 16 lanes; with 8,
+// two permutes of 8 levels and a select on the code's top bit). Below 8 lanes: one code at a time.
+template <class D = DF>
+class DecodeTq4 {
+ public:
+  DecodeTq4() {
+    for (size_t k = 0; k < kN; ++k) {
+      idx_[4 * k] = static_cast<uint8_t>(k / 2 % 8);
+      idx_[4 * k + 1] = idx_[4 * k + 2] = idx_[4 * k + 3] = 0x80;  // zero
+      shift_[k] = static_cast<int32_t>(4 * (k % 2));
+      lo_[k] = codec::tq4_level(static_cast<int>(k % 16));
+      hi_[k] = codec::tq4_level(static_cast<int>(8 + k % 8));
+    }
+  }
+
+  HWY_INLINE hn::Vec<D> operator()(const uint8_t* row, int i) const {
+    const D df;
+    if constexpr (kShuffle) {
+      const hn::RebindToUnsigned<D> du32;
+      const hn::RebindToSigned<D> di32;
+      const hn::Repartition<uint8_t, D> du8;
+      const hn::Repartition<uint64_t, D> du64;
+      uint64_t word = 0;
+      std::memcpy(&word, row + i / 2, kN / 2);
+      const auto src = hn::BitCast(du8, hn::Set(du64, word));
+      const auto w = hn::BitCast(du32, hn::TableLookupBytesOr0(src, hn::Load(du8, idx_)));
+      const auto c = hn::And(hn::Shr(w, hn::BitCast(du32, hn::Load(di32, shift_))), hn::Set(du32, 15u));
+      if constexpr (kN == 16) {
+        return hn::TableLookupLanes(hn::Load(df, lo_), hn::IndicesFromVec(df, hn::BitCast(di32, c)));
+      } else {
+        const auto c7 = hn::IndicesFromVec(df, hn::BitCast(di32, hn::And(c, hn::Set(du32, 7u))));
+        const auto top = hn::RebindMask(df, hn::Ne(hn::And(c, hn::Set(du32, 8u)), hn::Zero(du32)));
+        return hn::IfThenElse(top, hn::TableLookupLanes(hn::Load(df, hi_), c7),
+                              hn::TableLookupLanes(hn::Load(df, lo_), c7));
+      }
+    } else {
+      float out[kN];
+      for (size_t k = 0; k < kN; ++k) {
+        const size_t j = static_cast<size_t>(i) + k;
+        out[k] = codec::tq4_level((row[j / 2] >> (4 * (j % 2))) & 15);
+      }
+      return hn::LoadU(df, out);
+    }
+  }
+
+ private:
+  static constexpr size_t kN = hn::MaxLanes(D());
+  static constexpr bool kShuffle = kN == 8 || kN == 16;
+  alignas(64) uint8_t idx_[4 * kN];
+  alignas(64) int32_t shift_[kN];
+  alignas(64) float lo_[kN], hi_[kN];  // 16 lanes: all 16 levels in lo_; 8 lanes: levels 0-7 and 8-15
+};
+
 HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
   if (f == PageFormat::kFp8) {
     float s;
     std::memcpy(&s, meta + 4 * t, 4);
     return s;
   }
-  if (f == PageFormat::kTq3) {
+  if (codec::format_spec(f).rotated) {
     uint16_t a;
     std::memcpy(&a, meta + 2 * t, 2);
     return codec::half_to_float(a);
@@ -220,7 +276,7 @@ HWY_INLINE float RowScale(PageFormat f, const uint8_t* meta, uint32_t t) {
 }
 
 // dst[g * dst_stride + j] = src[g * src_stride + j] * (row scale of row t0 + j) for j < n and the G
-// heads g: N scales at a time (FP8: fp32 loads; TQ3: fp16 widened in registers), each vector of scales
+// heads g: N scales at a time (FP8: fp32 loads; TQ3, TQ4: fp16 widened in registers), each vector of scales
 // read once for all heads; the tail one by one.
 HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uint32_t n, int G, const float* src,
                              size_t src_stride, float* dst, size_t dst_stride) {
@@ -237,7 +293,7 @@ HWY_INLINE void MulRowScales(PageFormat f, const uint8_t* meta, uint32_t t0, uin
       std::memcpy(scales, meta + 4 * (t0 + j), sizeof(float) * N);
       apply(hn::LoadU(df, scales), j);
     }
-  } else if (f == PageFormat::kTq3) {
+  } else if (codec::format_spec(f).rotated) {  // fp16 alpha
     const hn::Rebind<hwy::float16_t, DF> df16;
     for (; j + N <= n; j += N) {
       hwy::float16_t alpha[hn::MaxLanes(DF())];
@@ -360,6 +416,7 @@ HWY_INLINE void LogitsWith(const Dec& dec, const uint8_t* codes, size_t row_byte
 void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt, const float* q,
                 size_t q_stride, int G, int d, float* s) {
   const DecodeTq3<> tq3(d);
+  const DecodeTq4<> tq4;
   for (uint32_t t0 = 0; t0 < nt; t0 += kTile) {
     const uint32_t n = std::min(kTile, nt - t0);
     if (f == PageFormat::kBf16) {
@@ -369,6 +426,8 @@ void PageLogits(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint
         LogitsWith(DecodeFp8Exact(), codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
       else
         LogitsWith(DecodeFp8(), codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
+    } else if (f == PageFormat::kTq4) {
+      LogitsWith(tq4, codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     } else {
       LogitsWith(tq3, codes, row_bytes, t0, n, q, q_stride, G, d, s, nt);
     }
@@ -429,6 +488,7 @@ HWY_INLINE void AccumulateWith(const Dec& dec, const uint8_t* row, size_t row_by
 void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const uint8_t* meta, uint32_t nt,
                     const float* w, int G, int d, float* acc, size_t acc_stride) {
   const DecodeTq3<> tq3(d);
+  const DecodeTq4<> tq4;
   float wt[kMaxGroup][kBlock];  // per head and row: softmax weight times the row's V scale
   for (uint32_t t0 = 0; t0 < nt; t0 += kBlock) {
     const uint32_t n = std::min(kBlock, nt - t0);
@@ -445,6 +505,8 @@ void PageAccumulate(PageFormat f, const uint8_t* codes, size_t row_bytes, const 
         AccumulateWith(DecodeFp8Exact(), row, row_bytes, n, wt, G, d, acc, acc_stride);
       else
         AccumulateWith(DecodeFp8(), row, row_bytes, n, wt, G, d, acc, acc_stride);
+    } else if (f == PageFormat::kTq4) {
+      AccumulateWith(tq4, row, row_bytes, n, wt, G, d, acc, acc_stride);
     } else {
       AccumulateWith(tq3, row, row_bytes, n, wt, G, d, acc, acc_stride);
     }

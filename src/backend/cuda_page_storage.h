@@ -8,6 +8,8 @@
 
 #include <array>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cuda_stream.h"
@@ -52,6 +54,9 @@ class DevicePageStorage final : public cache::PageStorage {
     stream_->note_store_op();
     std::vector<cuda::ConvertJob> to_tq3, to_fp8;
     for (const Conversion& c : jobs) {
+      if (c.dst.format != cache::PageFormat::kTq3 && c.src.format != cache::PageFormat::kTq3)
+        throw std::invalid_argument(std::string("DevicePageStorage: no CUDA conversion between ") +
+                                    codec::to_string(c.src.format) + " and " + codec::to_string(c.dst.format));
       const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
       (c.dst.format == cache::PageFormat::kTq3 ? to_tq3 : to_fp8).push_back(j);
     }

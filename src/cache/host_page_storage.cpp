@@ -80,11 +80,11 @@ void HostPageStorage::convert(std::span<const Conversion> jobs) {
   for (const Conversion& j : jobs) {
     const auto src = page(j.src, "convert"), dst = page(j.dst, "convert");
     const auto rot = rotations(static_cast<int>(j.layer));
-    if (j.dst.format == PageFormat::kTq3)
-      codec::convert_fp8_to_tq3(src, layout(j.src.format), dst, layout(j.dst.format), rot, geo_.tokens_per_page,
-                                policy_);
+    if (codec::format_spec(j.dst.format).rotated)
+      codec::convert_fp8_to_rotated(src, layout(j.src.format), dst, layout(j.dst.format), rot, geo_.tokens_per_page,
+                                    policy_);
     else
-      codec::convert_tq3_to_fp8(src, layout(j.src.format), dst, layout(j.dst.format), rot, geo_.tokens_per_page);
+      codec::convert_rotated_to_fp8(src, layout(j.src.format), dst, layout(j.dst.format), rot, geo_.tokens_per_page);
   }
 }
 

@@ -45,12 +45,25 @@ KvStore::KvStore(StoreConfig cfg, std::unique_ptr<PageStorage> storage)
     throw InvalidArgument(std::string("StoreConfig: ") + e.what());
   }
   host_ = dynamic_cast<HostPageStorage*>(storage_.get());
-  protected_.assign(cfg_.layers, false);
-  for (int l : cfg_.protected_layers) {
-    if (l < 0 || l >= cfg_.layers)
-      throw InvalidArgument("StoreConfig: protected layer " + std::to_string(l) + " out of range");
-    protected_[l] = true;
-  }
+  stale_ = cfg_.stale_formats();
+}
+
+std::vector<PageFormat> StoreConfig::stale_formats() const {
+  std::vector<PageFormat> out(static_cast<size_t>(std::max(layers, 0)), kDefaultStaleFormat);
+  std::vector<bool> named(out.size(), false);
+  const auto mark = [&](const std::vector<int>& list, PageFormat f, const char* what) {
+    for (int l : list) {
+      if (l < 0 || l >= layers)
+        throw InvalidArgument(std::string("StoreConfig: ") + what + " layer " + std::to_string(l) + " out of range");
+      if (named[l] && out[l] != f)
+        throw InvalidArgument("StoreConfig: layer " + std::to_string(l) + " is both protected and a TQ4 layer");
+      named[l] = true;
+      out[l] = f;
+    }
+  };
+  mark(protected_layers, cache::append_format(mode), "protected");
+  mark(tq4_layers, PageFormat::kTq4, "TQ4");
+  return out;
 }
 
 KvStore::~KvStore() = default;
@@ -395,8 +408,9 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
         } else {
           j.convert = true;
           for (int l = 0; l < cfg_.layers; ++l)
-            if (!protected_[l])
-              ++need[codec::format_index(storage_format(cfg_.mode, to_stale ? Tier::kStale : Tier::kRecent, false))];
+            if (!is_protected(l))
+              ++need[codec::format_index(
+                  storage_format(cfg_.mode, to_stale ? Tier::kStale : Tier::kRecent, stale_[l]))];
         }
       }
       jobs.push_back(std::move(j));
@@ -422,9 +436,9 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
     // Take conversion references on sources and allocate destinations (private until published).
     for (Job& j : jobs) {
       if (!j.convert) continue;
-      const PageFormat df = storage_format(cfg_.mode, j.target, false);
       for (int l = 0; l < cfg_.layers; ++l) {
-        if (protected_[l]) continue;
+        if (is_protected(l)) continue;
+        const PageFormat df = storage_format(cfg_.mode, j.target, stale_[l]);
         pool_mut(j.src[l].format).add_ref(j.src[l].id, RefKind::kConversion);
         const PageId id = pool_mut(df).allocate(static_cast<uint16_t>(l));
         pool_mut(df).add_ref(id, RefKind::kConversion);
@@ -438,7 +452,7 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
   for (const Job& j : jobs) {
     if (!j.convert) continue;
     for (int l = 0; l < cfg_.layers; ++l)
-      if (!protected_[l]) conv.push_back({j.src[l], j.dst[l], static_cast<uint32_t>(l)});
+      if (!is_protected(l)) conv.push_back({j.src[l], j.dst[l], static_cast<uint32_t>(l)});
   }
   if (!conv.empty()) storage_->convert(conv);
   {
@@ -449,7 +463,7 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
                          it->second.rows[j.page].layers == j.src;
       if (j.convert) {  // record completion: the destination is complete and immutable
         for (int l = 0; l < cfg_.layers; ++l)
-          if (!protected_[l]) pool_mut(j.dst[l].format).seal(j.dst[l].id);
+          if (!is_protected(l)) pool_mut(j.dst[l].format).seal(j.dst[l].id);
       }
       if (j.rebind != PrefixCache::kNone) cache_.unplan(j.rebind);
       if (valid) {
@@ -481,7 +495,7 @@ KvStore::ApplyResult KvStore::apply(std::span<const Transition> plan) {
       }
       if (j.convert) {  // the source is freed here unless readers (or other holders) still have it
         for (int l = 0; l < cfg_.layers; ++l) {
-          if (protected_[l]) continue;
+          if (is_protected(l)) continue;
           pool_mut(j.dst[l].format).release(j.dst[l].id, RefKind::kConversion);
           pool_mut(j.src[l].format).release(j.src[l].id, RefKind::kConversion);
         }

@@ -105,7 +105,7 @@ void KvStore::check_invariants_locked() const {
         const PagePool& p = pool(e.format);
         if (!p.valid(e.id) || !p.meta(e.id).in_use) fail("a live row points to a free or invalid page");
         if (r.sealed && !p.meta(e.id).sealed) fail("a full page is not sealed");
-        if (e.format != storage_format(cfg_.mode, r.tier, protected_[l])) fail("row format does not match its tier");
+        if (e.format != storage_format(cfg_.mode, r.tier, stale_[l])) fail("row format does not match its tier");
         ++expect[static_cast<int>(e.format)][e.id][0];
       }
       if (r.variant != PrefixCache::kNone &&

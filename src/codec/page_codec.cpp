@@ -75,7 +75,9 @@ void encode_vec(uint8_t* page, const PageLayout& L, size_t code_off, size_t meta
       break;
     }
     case PageFormat::kTq3:
-      throw std::invalid_argument("write_token: TQ3 pages are sealed; they are made by convert_fp8_to_tq3");
+    case PageFormat::kTq4:
+      throw std::invalid_argument(std::string("write_token: ") + to_string(L.format()) +
+                                  " pages are sealed; they are made by conversion from FP8");
   }
 }
 
@@ -92,6 +94,9 @@ void decode_vec(const uint8_t* page, const PageLayout& L, size_t code_off, size_
       break;
     case PageFormat::kTq3:
       tq3_decode({page + code_off, tq3_packed_bytes(d)}, load<uint16_t>(page + meta_off), *rot, {out, n});
+      break;
+    case PageFormat::kTq4:
+      tq4_decode({page + code_off, tq4_packed_bytes(d)}, load<uint16_t>(page + meta_off), *rot, {out, n});
       break;
   }
 }
@@ -132,11 +137,13 @@ void read_token_head(std::span<const uint8_t> page, const PageLayout& L, int tok
   decode_vec(page.data(), L, L.v_codes(head, token), L.v_meta(head, token), rot, v_out.data());
 }
 
-void convert_fp8_to_tq3(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
-                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens, Tq3Policy policy,
-                        EncodeStats* stats) {
-  check_conversion(src.size(), SL, PageFormat::kFp8, dst.size(), DL, PageFormat::kTq3, rotations, tokens,
-                   "convert_fp8_to_tq3");
+namespace {
+
+template <class Book, PageFormat F>
+void fp8_to_rotated(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst, const PageLayout& DL,
+                    std::span<const Rotation> rotations, int tokens, Tq3Policy policy, EncodeStats* stats,
+                    const char* where) {
+  check_conversion(src.size(), SL, PageFormat::kFp8, dst.size(), DL, F, rotations, tokens, where);
   const auto& g = SL.geometry();
   std::fill(dst.begin(), dst.end(), uint8_t{0});
   const size_t d = static_cast<size_t>(g.head_dim);
@@ -150,19 +157,18 @@ void convert_fp8_to_tq3(std::span<const uint8_t> src, const PageLayout& SL, std:
         rotations[h].forward({buf, d});
         const size_t dof = kv ? DL.v_codes(h, t) : DL.k_codes(h, t);
         const size_t dm = kv ? DL.v_meta(h, t) : DL.k_meta(h, t);
-        const uint16_t a = tq3_encode_rotated({buf, d}, {dst.data() + dof, tq3_packed_bytes(g.head_dim)},
-                                              kv ? policy.values : policy.keys, stats);
+        const uint16_t a = RotatedCodec<Book>::encode_rotated(
+            {buf, d}, {dst.data() + dof, Book::packed_bytes(g.head_dim)}, kv ? policy.values : policy.keys, stats);
         store<uint16_t>(dst.data() + dm, a);
       }
     }
   }
 }
 
-void convert_tq3_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
-                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens,
-                        EncodeStats* stats) {
-  check_conversion(src.size(), SL, PageFormat::kTq3, dst.size(), DL, PageFormat::kFp8, rotations, tokens,
-                   "convert_tq3_to_fp8");
+void rotated_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst, const PageLayout& DL,
+                    std::span<const Rotation> rotations, int tokens, EncodeStats* stats, PageFormat from,
+                    const char* where) {
+  check_conversion(src.size(), SL, from, dst.size(), DL, PageFormat::kFp8, rotations, tokens, where);
   const auto& g = SL.geometry();
   std::fill(dst.begin(), dst.end(), uint8_t{0});
   const size_t d = static_cast<size_t>(g.head_dim);
@@ -177,6 +183,57 @@ void convert_tq3_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std:
         store<float>(dst.data() + (kv ? DL.v_meta(h, t) : DL.k_meta(h, t)), s);
       }
     }
+  }
+}
+
+}  // namespace
+
+void convert_fp8_to_tq3(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens, Tq3Policy policy,
+                        EncodeStats* stats) {
+  fp8_to_rotated<Tq3Book, PageFormat::kTq3>(src, SL, dst, DL, rotations, tokens, policy, stats, "convert_fp8_to_tq3");
+}
+
+void convert_tq3_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens, EncodeStats* stats) {
+  rotated_to_fp8(src, SL, dst, DL, rotations, tokens, stats, PageFormat::kTq3, "convert_tq3_to_fp8");
+}
+
+void convert_fp8_to_tq4(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens, Tq3Policy policy,
+                        EncodeStats* stats) {
+  fp8_to_rotated<Tq4Book, PageFormat::kTq4>(src, SL, dst, DL, rotations, tokens, policy, stats, "convert_fp8_to_tq4");
+}
+
+void convert_tq4_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                        const PageLayout& DL, std::span<const Rotation> rotations, int tokens, EncodeStats* stats) {
+  rotated_to_fp8(src, SL, dst, DL, rotations, tokens, stats, PageFormat::kTq4, "convert_tq4_to_fp8");
+}
+
+void convert_fp8_to_rotated(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                            const PageLayout& DL, std::span<const Rotation> rotations, int tokens, Tq3Policy policy,
+                            EncodeStats* stats) {
+  switch (DL.format()) {
+    case PageFormat::kTq3:
+      return convert_fp8_to_tq3(src, SL, dst, DL, rotations, tokens, policy, stats);
+    case PageFormat::kTq4:
+      return convert_fp8_to_tq4(src, SL, dst, DL, rotations, tokens, policy, stats);
+    default:
+      throw std::invalid_argument(std::string("convert_fp8_to_rotated: ") + to_string(DL.format()) +
+                                  " is not a rotated format");
+  }
+}
+
+void convert_rotated_to_fp8(std::span<const uint8_t> src, const PageLayout& SL, std::span<uint8_t> dst,
+                            const PageLayout& DL, std::span<const Rotation> rotations, int tokens, EncodeStats* stats) {
+  switch (SL.format()) {
+    case PageFormat::kTq3:
+      return convert_tq3_to_fp8(src, SL, dst, DL, rotations, tokens, stats);
+    case PageFormat::kTq4:
+      return convert_tq4_to_fp8(src, SL, dst, DL, rotations, tokens, stats);
+    default:
+      throw std::invalid_argument(std::string("convert_rotated_to_fp8: ") + to_string(SL.format()) +
+                                  " is not a rotated format");
   }
 }
 

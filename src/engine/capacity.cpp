@@ -14,8 +14,7 @@ namespace minimakv::engine {
 cache::Accounting hold_one_request(const model::ModelConfig& cfg, const GenerateOptions& opt, size_t tokens) {
   const size_t kv = static_cast<size_t>(cfg.num_key_value_heads) * static_cast<size_t>(cfg.head_dim);
   const size_t chunk = static_cast<size_t>(opt.prefill_chunk);
-  auto sc = store_config_for(cfg, opt.mode, opt.tokens_per_page, tokens);
-  sc.protected_layers = opt.protected_layers;
+  const auto sc = store_config_for(cfg, opt, tokens);
   cache::KvStore store(sc);
   policy::TierController ctl(opt.controller);
   const auto seq = store.create_sequence();

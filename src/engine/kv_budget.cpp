@@ -1,7 +1,6 @@
 #include "minimakv/engine/kv_budget.h"
 
 #include <algorithm>
-#include <set>
 #include <stdexcept>
 
 #include "minimakv/codec/page_layout.h"
@@ -17,13 +16,18 @@ KvBudget::KvBudget(const model::ModelConfig& cfg, const KvOptions& kv) : cfg_(cf
   validate(kv);
   layers_ = static_cast<size_t>(cfg.num_hidden_layers);
   page_ = static_cast<size_t>(kv.tokens_per_page);
-  std::set<int> prot;
-  for (int l : kv.protected_layers) {
-    if (l < 0 || static_cast<size_t>(l) >= layers_)
-      throw std::invalid_argument("protected layer " + std::to_string(l) + " out of range");
-    prot.insert(l);
+  if (cache::retiers(kv.mode)) {
+    try {
+      for (const codec::PageFormat f : base().stale_formats()) {
+        if (f == cache::append_format(kv.mode))
+          ++protected_;
+        else
+          ++stale_layers_[idx(f)];
+      }
+    } catch (const cache::InvalidArgument& e) {
+      throw std::invalid_argument(e.what());
+    }
   }
-  protected_ = cache::retiers(kv.mode) ? prot.size() : 0;
   const codec::PageGeometry geo{kv.tokens_per_page, static_cast<int>(cfg.num_key_value_heads),
                                 static_cast<int>(cfg.head_dim)};
   for (int f = 0; f < codec::kNumPageFormats; ++f)
@@ -41,7 +45,7 @@ PageCounts KvBudget::settled(size_t tokens) const {
   const size_t keep =
       std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + (ctl.scoring ? ctl.anchor_budget : 0));
   c[idx(cache::append_format(kv_.mode))] = keep * (layers_ - protected_) + n * protected_;
-  c[idx(cache::storage_format(kv_.mode, cache::Tier::kStale, false))] = (n - keep) * (layers_ - protected_);
+  for (size_t f = 0; f < c.size(); ++f) c[f] += (n - keep) * stale_layers_[f];
   return c;
 }
 
@@ -57,7 +61,7 @@ PageCounts KvBudget::peak(size_t tokens) const {
                           : std::min<size_t>(n, size_t{ctl.recent_window} + ctl.sink_pages + ctl.anchor_budget +
                                                     ceil_div(between, page_) + 1);
   c[idx(cache::append_format(kv_.mode))] = keep * (layers_ - protected_) + n * protected_;
-  c[idx(cache::storage_format(kv_.mode, cache::Tier::kStale, false))] = (n > 0 ? n - 1 : 0) * (layers_ - protected_);
+  for (size_t f = 0; f < c.size(); ++f) c[f] += (n > 0 ? n - 1 : 0) * stale_layers_[f];
   return c;
 }
 
@@ -80,6 +84,7 @@ cache::StoreConfig KvBudget::base() const {
   s.tokens_per_page = kv_.tokens_per_page;
   s.mode = kv_.mode;
   s.protected_layers = kv_.protected_layers;
+  s.tq4_layers = kv_.tq4_layers;
   return s;
 }
 
@@ -111,34 +116,57 @@ cache::StoreConfig KvBudget::pools_for_memory(size_t envelope, size_t reference_
     s.pages_of(f) = pages;
     return s;
   }
-  // The append format (FP8) and the Stale format (TQ3) share the envelope.
-  const codec::PageFormat hi = cache::append_format(kv_.mode),
-                          lo = cache::storage_format(kv_.mode, cache::Tier::kStale, false);
-  const size_t b8 = page_bytes(hi), b3 = page_bytes(lo);
+  // The append format (FP8) and the Stale formats (TQ3, and TQ4 where layers take it) share the envelope.
+  const codec::PageFormat hi = cache::append_format(kv_.mode);
+  const size_t b8 = page_bytes(hi), converted_layers = std::max<size_t>(1, layers_ - protected_);
   const size_t head = step_headroom(step_tokens);
   if (envelope < head * b8) too_small();
   PageCounts req = settled(reference_tokens);
+  const auto stale = [&](size_t f) { return f != idx(hi) && stale_layers_[f] > 0; };
   // decode drift: the tokens written between two checkpoints stay FP8 until the next one
-  const size_t drift =
-      std::min(req[idx(lo)] / std::max<size_t>(1, layers_ - protected_),
-               ceil_div(static_cast<size_t>(kv_.checkpoint_interval), page_)) *
-      (layers_ - protected_);
-  req[idx(hi)] += drift;
-  req[idx(lo)] -= drift;
-  const double f8 = static_cast<double>(req[idx(hi)] * b8);
-  const double t3 = static_cast<double>(req[idx(lo)] * b3);
-  const double rest = static_cast<double>(envelope - head * b8);
-  const size_t need8 = one[idx(hi)], need3 = one[idx(lo)];
-  size_t& fp8_pages = s.pages_of(hi);
-  size_t& tq3_pages = s.pages_of(lo);
-  fp8_pages = std::max(need8, head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + t3)) / b8);
-  if (fp8_pages * b8 > envelope) too_small();
-  tq3_pages = (envelope - fp8_pages * b8) / b3;
-  if (tq3_pages < need3 && need3 * b3 <= envelope) {  // short requests settle all-FP8; still hold one's peak
-    tq3_pages = need3;
-    fp8_pages = (envelope - need3 * b3) / b8;
+  size_t stale_logical = 0;  // Stale logical pages of the settled request
+  for (size_t f = 0; f < req.size(); ++f)
+    if (stale(f)) stale_logical += req[f];
+  stale_logical /= converted_layers;
+  const size_t drift = std::min(stale_logical, ceil_div(static_cast<size_t>(kv_.checkpoint_interval), page_));
+  double f8 = 0.0, stale_bytes = 0.0;
+  for (size_t f = 0; f < req.size(); ++f) {
+    if (!stale(f)) continue;
+    req[idx(hi)] += drift * stale_layers_[f];
+    req[f] -= drift * stale_layers_[f];
+    stale_bytes += static_cast<double>(req[f] * page_bytes_[f]);
   }
-  if (fp8_pages < need8 || tq3_pages < need3) too_small();
+  f8 = static_cast<double>(req[idx(hi)] * b8);
+  const double rest = static_cast<double>(envelope - head * b8);
+  size_t& fp8_pages = s.pages_of(hi);
+  fp8_pages = std::max(one[idx(hi)], head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + stale_bytes)) / b8);
+  if (fp8_pages * b8 > envelope) too_small();
+  // The rest goes to the Stale formats in the proportion of their settled bytes (of their layers'
+  // share when the reference request settles all-FP8).
+  double weight_sum = 0.0;
+  PageCounts weight{};
+  for (size_t f = 0; f < req.size(); ++f) {
+    if (!stale(f)) continue;
+    weight[f] = stale_bytes > 0 ? req[f] * page_bytes_[f] : stale_layers_[f] * page_bytes_[f];
+    weight_sum += static_cast<double>(weight[f]);
+  }
+  const double left = static_cast<double>(envelope - fp8_pages * b8);
+  bool short_of_peak = false;
+  size_t peak_bytes = 0;
+  for (size_t f = 0; f < req.size(); ++f) {
+    if (!stale(f)) continue;
+    s.pages[f] = static_cast<size_t>(left * static_cast<double>(weight[f]) / weight_sum) / page_bytes_[f];
+    short_of_peak |= s.pages[f] < one[f];
+    peak_bytes += std::max(s.pages[f], one[f]) * page_bytes_[f];
+  }
+  if (short_of_peak && peak_bytes <= envelope) {  // short requests settle all-FP8; still hold one's peak
+    for (size_t f = 0; f < req.size(); ++f)
+      if (stale(f)) s.pages[f] = std::max(s.pages[f], one[f]);
+    fp8_pages = (envelope - peak_bytes) / b8;
+  }
+  if (fp8_pages < one[idx(hi)]) too_small();
+  for (size_t f = 0; f < req.size(); ++f)
+    if (stale(f) && s.pages[f] < one[f]) too_small();
   return s;
 }
 

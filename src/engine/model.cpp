@@ -103,22 +103,25 @@ MemoryReport Model::memory() const {
   return r;
 }
 
-cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode mode, int tokens_per_page,
-                                    size_t max_tokens) {
+cache::StoreConfig store_config_for(const model::ModelConfig& cfg, const KvOptions& kv, size_t max_tokens) {
   cache::StoreConfig s;
   s.layers = static_cast<int>(cfg.num_hidden_layers);
   s.kv_heads = static_cast<int>(cfg.num_key_value_heads);
   s.head_dim = static_cast<int>(cfg.head_dim);
-  s.tokens_per_page = tokens_per_page;
-  s.mode = mode;
-  const size_t pages = (max_tokens / static_cast<size_t>(tokens_per_page) + 2) * static_cast<size_t>(s.layers);
-  s.pages_of(cache::append_format(mode)) = pages;
-  if (cache::retiers(mode)) s.pages_of(cache::storage_format(mode, cache::Tier::kStale, false)) = pages;
+  s.tokens_per_page = kv.tokens_per_page;
+  s.mode = kv.mode;
+  s.protected_layers = kv.protected_layers;
+  s.tq4_layers = kv.tq4_layers;
+  const size_t per_layer = max_tokens / static_cast<size_t>(kv.tokens_per_page) + 2;
+  s.pages_of(cache::append_format(kv.mode)) = per_layer * static_cast<size_t>(s.layers);
+  if (cache::retiers(kv.mode))
+    for (const codec::PageFormat f : s.stale_formats())
+      if (f != cache::append_format(kv.mode)) s.pages_of(f) += per_layer;
   return s;
 }
 
-cache::StoreConfig Model::store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const {
-  return store_config_for(cfg_, mode, tokens_per_page, max_tokens);
+cache::StoreConfig Model::store_config(const KvOptions& kv, size_t max_tokens) const {
+  return store_config_for(cfg_, kv, max_tokens);
 }
 
 std::vector<float> Model::forward(cache::KvStore& store, cache::SeqId seq, std::span<const int32_t> ids,

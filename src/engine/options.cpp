@@ -27,6 +27,11 @@ void validate(const KvOptions& opt) {
   if (!std::isfinite(floor)) bad("min_anchor_score must be finite");
   for (int l : opt.protected_layers)
     if (l < 0) bad("protected layer " + std::to_string(l) + " is negative");
+  for (int l : opt.tq4_layers) {
+    if (l < 0) bad("TQ4 layer " + std::to_string(l) + " is negative");
+    if (std::find(opt.protected_layers.begin(), opt.protected_layers.end(), l) != opt.protected_layers.end())
+      bad("layer " + std::to_string(l) + " is both protected and a TQ4 layer");
+  }
 }
 
 void validate(const SamplingParams& opt) {

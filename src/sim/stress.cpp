@@ -337,7 +337,7 @@ class Sim {
   // ---------------------------------------------------------------- snapshots for "state unchanged"
   struct Snapshot {
     std::map<SeqId, std::vector<std::tuple<Tier, uint32_t, uint64_t, std::vector<PageEntry>>>> tables;
-    std::array<size_t, 3> free{};
+    std::array<size_t, codec::kNumPageFormats> free{};
     std::vector<std::pair<uint64_t, Tier>> lru;
     bool operator==(const Snapshot&) const = default;
   };
@@ -345,7 +345,7 @@ class Sim {
     Snapshot s;
     for (SeqId id : store_.live_sequences())
       for (const auto& r : store_.block_table(id)) s.tables[id].emplace_back(r.tier, r.filled, r.hash, r.layers);
-    for (int f = 0; f < 3; ++f) s.free[f] = store_.pool(static_cast<PageFormat>(f)).free_pages();
+    for (int f = 0; f < codec::kNumPageFormats; ++f) s.free[f] = store_.pool(static_cast<PageFormat>(f)).free_pages();
     s.lru = store_.lru_snapshot();
     return s;
   }

@@ -1,6 +1,6 @@
 // Mixed-format paged attention against the fp64 reference on fresh random data: every format mix
-// (dense BF16, FP8-only, TQ3-only, mixed), decode and chunked prefill with a causal mask, partial last
-// pages, GQA ratios 1-8, head_dim 64/128/256, single-threaded and threaded. Outputs are poisoned before
+// (dense BF16, FP8-only, TQ3-only, TQ4-only, mixed FP8 + TQ3 + TQ4), decode and chunked prefill with a causal mask,
+// partial last pages, GQA ratios 1-8, head_dim 64/128/256, single-threaded and threaded. Outputs are poisoned before
 // every run. Page scores from the direct path are checked against the dense reference collector.
 #include <gtest/gtest.h>
 
@@ -27,8 +27,8 @@ struct Built {
   LayerInput in;
 };
 
-// Pages of B tokens holding `tokens` random rows; page i has format fmt(i) (the partial last page and
-// TQ3 requests for it fall back to FP8, as in the store).
+// Pages of B tokens holding `tokens` random rows; page i has format fmt(i) (a rotated format, TQ3 or
+// TQ4, is made from a whole FP8 page by conversion; a partial last page stays FP8, as in the store).
 template <typename Fmt>
 Built build(std::mt19937_64& rng, int d, int kv, int q_heads, int B, int tokens, Fmt fmt, float outlier = 0.0f) {
   Built b;
@@ -41,14 +41,15 @@ Built build(std::mt19937_64& rng, int d, int kv, int q_heads, int B, int tokens,
     for (int t = 0; t < tokens; t += 7)
       for (int i = 0; i < d; ++i) b.k[(static_cast<size_t>(t) * kv) * d + i] *= outlier;
   for (int h = 0; h < kv; ++h) b.rotations.push_back(codec::Rotation::for_head(d, 3, static_cast<uint32_t>(h)));
-  b.layouts = {codec::PageLayout(PageFormat::kBf16, {B, kv, d}), codec::PageLayout(PageFormat::kFp8, {B, kv, d}),
-               codec::PageLayout(PageFormat::kTq3, {B, kv, d})};
+  for (const codec::PageFormatSpec& s : codec::all_page_formats())
+    b.layouts.emplace_back(s.format, codec::PageGeometry{B, kv, d});
   const int pages = (tokens + B - 1) / B;
   for (int p = 0; p < pages; ++p) {
     const int nt = std::min(B, tokens - p * B);
     PageFormat f = fmt(p);
-    if (f == PageFormat::kTq3 && nt < B) f = PageFormat::kFp8;
-    const PageFormat write = f == PageFormat::kTq3 ? PageFormat::kFp8 : f;
+    const bool rotated = codec::format_spec(f).rotated;
+    if (rotated && nt < B) f = PageFormat::kFp8;
+    const PageFormat write = rotated ? PageFormat::kFp8 : f;
     std::vector<uint8_t> page(b.layouts[static_cast<int>(write)].bytes(), 0);
     for (int t = 0; t < nt; ++t) {
       const size_t off = static_cast<size_t>(p * B + t) * kv * d;
@@ -56,16 +57,17 @@ Built build(std::mt19937_64& rng, int d, int kv, int q_heads, int B, int tokens,
                          std::span<const float>(b.k).subspan(off, static_cast<size_t>(kv) * d),
                          std::span<const float>(b.v).subspan(off, static_cast<size_t>(kv) * d));
     }
-    if (f == PageFormat::kTq3) {
-      std::vector<uint8_t> t3(b.layouts[2].bytes());
-      codec::convert_fp8_to_tq3(page, b.layouts[1], t3, b.layouts[2], b.rotations, B);
-      page = std::move(t3);
+    if (codec::format_spec(f).rotated) {
+      const codec::PageLayout& to = b.layouts[static_cast<int>(f)];
+      std::vector<uint8_t> sealed(to.bytes());
+      codec::convert_fp8_to_rotated(page, b.layouts[1], sealed, to, b.rotations, B);
+      page = std::move(sealed);
     }
     b.bytes.push_back(std::move(page));
     b.in.pages.push_back({f, nullptr, static_cast<uint32_t>(nt), static_cast<uint32_t>(p * B)});
   }
   for (size_t p = 0; p < b.bytes.size(); ++p) b.in.pages[p].data = b.bytes[p].data();
-  for (int f = 0; f < 3; ++f) b.in.layouts[f] = &b.layouts[f];
+  for (int f = 0; f < codec::kNumPageFormats; ++f) b.in.layouts[f] = &b.layouts[f];
   b.in.rotations = b.rotations;
   b.in.q_heads = q_heads;
   b.in.kv_heads = kv;
@@ -83,9 +85,9 @@ double rel_l2(std::span<const float> got, std::span<const double> ref) {
   return std::sqrt(e / n);
 }
 
-enum class Mix { kBf16, kFp8, kTq3, kMixed };
+enum class Mix { kBf16, kFp8, kTq3, kTq4, kMixed };
 const char* mix_name(Mix m) {
-  return m == Mix::kBf16 ? "bf16" : m == Mix::kFp8 ? "fp8" : m == Mix::kTq3 ? "tq3" : "mixed";
+  return m == Mix::kBf16 ? "bf16" : m == Mix::kFp8 ? "fp8" : m == Mix::kTq3 ? "tq3" : m == Mix::kTq4 ? "tq4" : "mixed";
 }
 
 // (head_dim, GQA ratio, mix)
@@ -107,8 +109,10 @@ TEST_P(MixedAttention, MatchesFp64ReferenceOverTheSamePages) {
         return PageFormat::kFp8;
       case Mix::kTq3:
         return PageFormat::kTq3;
-      default:
-        return pattern[p] == 0 ? PageFormat::kFp8 : PageFormat::kTq3;  // ~27% FP8
+      case Mix::kTq4:
+        return PageFormat::kTq4;
+      default:  // ~27% FP8, ~18% TQ4 (a partial last page stays FP8)
+        return pattern[p] == 0 ? PageFormat::kFp8 : pattern[p] == 1 ? PageFormat::kTq4 : PageFormat::kTq3;
     }
   };
   Built b = build(rng, d, kv, q_heads, B, tokens, fmt, 3.0f);
@@ -152,7 +156,8 @@ TEST_P(MixedAttention, MatchesFp64ReferenceOverTheSamePages) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MixedAttention,
                          ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4, 8),
-                                            ::testing::Values(Mix::kBf16, Mix::kFp8, Mix::kTq3, Mix::kMixed)));
+                                            ::testing::Values(Mix::kBf16, Mix::kFp8, Mix::kTq3, Mix::kTq4,
+                                                              Mix::kMixed)));
 
 // FP8-only against attention over the unquantized K/V. E4M3 keeps 3 mantissa bits, so each element
 // carries ~2.6% RMS error; for zero-mean i.i.d. values the attention output shrinks exactly as fast as
@@ -210,7 +215,7 @@ TEST(MixedAttention, EverySimdTargetMatchesReference) {
     for (int G : {1, 3, 4, 8})
       for (int n : {1, 3}) {
         std::vector<int> pattern(32);
-        for (auto& x : pattern) x = static_cast<int>(rng() % 3);
+        for (auto& x : pattern) x = static_cast<int>(rng() % codec::kNumPageFormats);  // every format
         const int q_heads = 2 * G;
         Built b = build(
             rng, d, 2, q_heads, 16, 16 * 6 + 3, [&](int p) { return static_cast<PageFormat>(pattern[p]); }, 2.0f);

@@ -20,18 +20,34 @@ std::array<uint32_t, 4> R(uint32_t req, uint32_t cache = 0, uint32_t reader = 0,
 }
 
 // The tier-to-format rule, every case written out by hand (the paper's: Recent and Anchor pages and
-// protected layers FP8, Stale pages TQ3; the controls keep one format).
+// protected layers FP8, Stale pages TQ3, or TQ4 in the layers chosen for it; the controls keep one format).
 TEST(StorageFormat, EveryModeTierAndLayerKind) {
   for (const Tier t : {Tier::kRecent, Tier::kAnchor, Tier::kStale})
-    for (const bool prot : {false, true}) {
-      EXPECT_EQ(storage_format(KvMode::kBf16, t, prot), PageFormat::kBf16);
-      EXPECT_EQ(storage_format(KvMode::kFp8, t, prot), PageFormat::kFp8);
-      EXPECT_EQ(storage_format(KvMode::kMinima, t, prot),
-                t == Tier::kStale && !prot ? PageFormat::kTq3 : PageFormat::kFp8);
+    for (const PageFormat layer : {PageFormat::kTq3, PageFormat::kTq4, PageFormat::kFp8}) {
+      EXPECT_EQ(storage_format(KvMode::kBf16, t, layer), PageFormat::kBf16);
+      EXPECT_EQ(storage_format(KvMode::kFp8, t, layer), PageFormat::kFp8);
+      EXPECT_EQ(storage_format(KvMode::kMinima, t, layer), t == Tier::kStale ? layer : PageFormat::kFp8);
     }
+  EXPECT_EQ(storage_format(KvMode::kMinima, Tier::kStale), PageFormat::kTq3);
   EXPECT_EQ(append_format(KvMode::kBf16), PageFormat::kBf16);
   EXPECT_EQ(append_format(KvMode::kFp8), PageFormat::kFp8);
   EXPECT_EQ(append_format(KvMode::kMinima), PageFormat::kFp8);
+}
+
+TEST(StorageFormat, LayerStaleFormatsFromTheConfig) {
+  StoreConfig c = small_config();
+  c.layers = 4;
+  c.protected_layers = {1};
+  c.tq4_layers = {0, 3};
+  EXPECT_EQ(c.stale_formats(),
+            (std::vector<PageFormat>{PageFormat::kTq4, PageFormat::kFp8, PageFormat::kTq3, PageFormat::kTq4}));
+  c.tq4_layers = {1};
+  EXPECT_THROW(c.stale_formats(), InvalidArgument);
+  c.tq4_layers = {4};
+  EXPECT_THROW(c.stale_formats(), InvalidArgument);
+  c.tq4_layers = {};
+  c.protected_layers = {-1};
+  EXPECT_THROW(c.stale_formats(), InvalidArgument);
 }
 
 TEST(KvStore, AppendAllocatesPagesInOrderAndSealsFullOnes) {
@@ -130,6 +146,59 @@ TEST(KvStore, DemoteIsCopyBeforePublishAndReadersKeepTheSource) {
   // the protected layer's page is part of the (held) Stale copy as well, so it keeps that cache reference
   EXPECT_EQ(st.refs({PageFormat::kFp8, 1}), R(1, 1));
   st.check_invariants();
+}
+
+// A TQ4 layer's Stale page is TQ4, decodes close to what was written (closer than TQ3's), and promotes
+// back to FP8; the audit checks every row against the per-layer rule.
+TEST(KvStore, Tq4LayersConvertToTq4AndBack) {
+  auto rng = testing::rng_for_test();
+  auto cfg = small_config();
+  cfg.tq4_layers = {1};
+  cfg.pages_of(PageFormat::kTq4) = 8;
+  cfg.prefix_caching = false;  // so that promotion converts instead of rebinding to the cached FP8 copy
+  KvStore st(cfg);
+  const SeqId s = st.create_sequence();
+  auto r = random_rows(rng, cfg, 8);
+  st.append(s, r.ids, r.k, r.v);
+  EXPECT_EQ(st.stale_format(0), PageFormat::kTq3);
+  EXPECT_EQ(st.stale_format(1), PageFormat::kTq4);
+  EXPECT_EQ(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kStale}}).converted, 1u);
+  const auto t = st.block_table(s);
+  EXPECT_EQ(t[0].layers[0].format, PageFormat::kTq3);
+  EXPECT_EQ(t[0].layers[1].format, PageFormat::kTq4);
+  st.check_invariants();
+  // decoded error of each layer's Stale page against the rows written
+  const auto& g = st.geometry();
+  std::vector<float> k(g.head_dim), v(g.head_dim);
+  double err[2] = {0, 0}, energy = 0;
+  for (int l = 0; l < 2; ++l)
+    for (int tok = 0; tok < g.tokens_per_page; ++tok)
+      for (int h = 0; h < g.kv_heads; ++h) {
+        const PageEntry e = t[0].layers[l];
+        codec::read_token_head(st.host_storage()->bytes(e), st.pool(e.format).layout(), tok, h,
+                               st.host_storage()->rotations(l), k, v);
+        const size_t off = ((static_cast<size_t>(tok) * cfg.layers + l) * g.kv_heads + h) * g.head_dim;
+        for (int i = 0; i < g.head_dim; ++i) {
+          err[l] += std::pow(k[i] - r.k[off + i], 2);
+          if (l == 0) energy += r.k[off + i] * r.k[off + i];
+        }
+      }
+  EXPECT_LT(err[1], 0.5 * err[0]) << "TQ4 keys are closer than TQ3's";
+  EXPECT_LT(err[1] / energy, 0.015);
+  EXPECT_EQ(st.apply(std::vector<KvStore::Transition>{{s, 0, Tier::kRecent}}).promoted, 1u);
+  EXPECT_EQ(st.block_table(s)[0].layers[1].format, PageFormat::kFp8);
+  st.check_invariants();
+  // a plan that needs TQ4 pages fails whole when the TQ4 pool is empty
+  auto none = cfg;
+  none.pages_of(PageFormat::kTq4) = 0;
+  KvStore empty(none);
+  const SeqId s2 = empty.create_sequence();
+  empty.append(s2, r.ids, r.k, r.v);
+  const auto before = empty.block_table(s2)[0];
+  EXPECT_THROW(empty.apply(std::vector<KvStore::Transition>{{s2, 0, Tier::kStale}}), OutOfCapacity);
+  EXPECT_EQ(empty.block_table(s2)[0].layers, before.layers);
+  EXPECT_EQ(empty.block_table(s2)[0].tier, before.tier);
+  empty.check_invariants();
 }
 
 TEST(KvStore, SharedPageDemotionRebindsInsteadOfConvertingTwice) {

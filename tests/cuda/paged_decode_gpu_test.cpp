@@ -190,7 +190,7 @@ TEST(GpuDecode, InstrumentationCountsBytesPerFormatAndRoute) {
     cuda::DecodeWorkspace ws(shape, 2, 64, 64);
     ws.stage(plan, s.pool->views());
     // Independent count: bytes per token from the layout's own breakdown of a full page.
-    std::array<uint64_t, 3> expect{};
+    std::array<uint64_t, codec::kNumPageFormats> expect{};
     for (const auto& seq : s.seqs)
       for (const auto& p : seq) {
         const auto bd = s.pool->layout(p.format).breakdown();

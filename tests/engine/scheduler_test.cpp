@@ -116,7 +116,12 @@ Scenario random_scenario(std::mt19937_64& rng, const TokenHashNetwork& net, size
   kv.controller.sink_pages = static_cast<uint32_t>(pick(0, 1));
   kv.controller.anchor_budget = static_cast<uint32_t>(pick(0, 2));
   kv.controller.scoring = pick(0, 1) == 1;
-  if (pick(0, 2) == 0) kv.protected_layers = {pick(0, static_cast<int>(net.config().num_hidden_layers) - 1)};
+  const int layers = static_cast<int>(net.config().num_hidden_layers);
+  if (pick(0, 2) == 0) kv.protected_layers = {pick(0, layers - 1)};
+  if (pick(0, 2) == 0) {  // a TQ4 layer other than the protected one
+    const int l = pick(0, layers - 1);
+    if (kv.protected_layers.empty() || kv.protected_layers[0] != l) kv.tq4_layers = {l};
+  }
   sc.so.kv = kv;
   sc.so.admission = pick(0, 1) ? Admission::kPreempt : Admission::kReserve;
   sc.so.max_running = static_cast<size_t>(pick(1, 8));
@@ -347,6 +352,8 @@ TEST(KvBudget, SettledPagesMatchARealStore) {
     o.controller.recent_window = 1 + static_cast<uint32_t>(rng() % 4);
     o.controller.sink_pages = static_cast<uint32_t>(rng() % 2);
     if (rng() % 2) o.protected_layers = {static_cast<int>(rng() % 3)};
+    for (int l = 0; l < 3; ++l)  // some other layers' Stale pages in TQ4
+      if (rng() % 3 == 0 && (o.protected_layers.empty() || o.protected_layers[0] != l)) o.tq4_layers.push_back(l);
     const size_t T = 1 + rng() % 300;
     const auto a = hold_one_request(cfg, o, T);
     const auto want = KvBudget(cfg, o).settled(T);

@@ -80,9 +80,10 @@ TEST(EvalRunner, ArmModifiersSetTheControllerAndProtectedLayers) {
   EXPECT_EQ(s.opt.controller.anchor_budget, 8u);
   EXPECT_FALSE(make_arm("minima-scored@anchors=0", 64, 512).opt.controller.scoring);
   EXPECT_TRUE(make_arm("minima-reuse@recent=2", 64, 512).prefix_reuse);
-  for (const char* bad : {"minima@recent=0", "minima@recent=x", "minima@recent=", "minima@recent", "minima@color=2",
-                          "minima@protect=0+", "minima@protect=-1", "minima@protect=", "minima@protect=0++1",
-                          "minima@recent=8@@sinks=1", "fp8@recent=8", "bf16@protect=0", "minima@", "minima@recent=8x"})
+  for (const char* bad :
+       {"minima@recent=0", "minima@recent=x", "minima@recent=", "minima@recent", "minima@color=2", "minima@protect=0+",
+        "minima@protect=-1", "minima@protect=", "minima@protect=0++1", "minima@recent=8@@sinks=1", "fp8@recent=8",
+        "bf16@protect=0", "minima@", "minima@recent=8x", "minima@tq4=", "minima@tq4=1+", "fp8@tq4=0"})
     EXPECT_THROW(make_arm(bad, 64, 512), std::invalid_argument) << bad;
   // A protected layer's Stale pages stay FP8: the same Recent and Anchor bytes, more Stale bytes, by
   // exactly one layer's Stale pages at FP8 instead of TQ3.
@@ -96,6 +97,14 @@ TEST(EvalRunner, ArmModifiersSetTheControllerAndProtectedLayers) {
   const size_t stale_pages_per_layer = mem[0].kv.stale / (tq3 * c.num_hidden_layers);
   ASSERT_GT(stale_pages_per_layer, 0u);
   EXPECT_EQ(mem[1].kv.stale, mem[0].kv.stale + stale_pages_per_layer * (fp8 - tq3));
+  // TQ4 layers: their Stale pages cost a TQ4 page instead of a TQ3 one, nothing else changes.
+  const auto t4 = make_arm("minima@tq4=0+1", 64, 512);
+  EXPECT_EQ(t4.opt.tq4_layers, (std::vector<int>{0, 1}));
+  EXPECT_NE(t4.describe().find("layers 0, 1 in TQ4"), std::string::npos) << t4.describe();
+  const auto mem4 = project_memory(model(), {"minima", "minima@tq4=0+1"}, {3000}, 64, 512);
+  const size_t tq4 = codec::PageLayout(codec::PageFormat::kTq4, g).bytes();
+  EXPECT_EQ(mem4[1].kv.recent + mem4[1].kv.anchor, mem4[0].kv.recent + mem4[0].kv.anchor);
+  EXPECT_EQ(mem4[1].kv.stale, mem4[0].kv.stale + 2 * stale_pages_per_layer * (tq4 - tq3));
 }
 
 TEST(EvalRunner, MemoryProjectionIsWholePagesOfEachFormat) {

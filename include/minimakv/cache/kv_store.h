@@ -63,8 +63,13 @@ struct StoreConfig {
   // Most layer-pages of each format the prefix cache may hold (counted once per page).
   FormatCounts cache_quota = kNoQuota;
   std::vector<int> protected_layers;  // stay FP8 in every tier
+  std::vector<int> tq4_layers;        // Stale pages in TQ4 instead of TQ3 (minima)
   KvMode mode = KvMode::kMinima;
   bool prefix_caching = true;
+  // Each layer's Stale format under `mode` (storage_format's layer_stale): the append format for
+  // protected layers, TQ4 for tq4_layers, else kDefaultStaleFormat. Throws InvalidArgument for a layer
+  // out of range or named by both lists.
+  std::vector<PageFormat> stale_formats() const;
   uint64_t rotation_seed = codec::kDefaultRotationSeed;
   uint64_t model_key = 0;  // mixed into prefix hashes with the codec identity
   codec::Tq3Policy tq3_policy{};
@@ -183,7 +188,9 @@ class KvStore {
   // Where the page bytes live, and the same storage when it is host memory (else null).
   PageStorage& storage() const { return *storage_; }
   HostPageStorage* host_storage() const { return host_; }
-  bool is_protected(int layer) const { return protected_[layer]; }
+  // Whether a layer's pages keep the append format in every tier (never converted).
+  bool is_protected(int layer) const { return stale_[layer] == append_format(); }
+  PageFormat stale_format(int layer) const { return stale_[layer]; }
   // Format of newly appended pages: BF16 in bf16 mode, else FP8.
   PageFormat append_format() const { return cache::append_format(cfg_.mode); }
 
@@ -297,7 +304,7 @@ class KvStore {
   codec::PageGeometry geo_;
   std::unique_ptr<PageStorage> storage_;
   HostPageStorage* host_ = nullptr;
-  std::vector<bool> protected_;
+  std::vector<PageFormat> stale_;  // per layer, config().stale_formats()
   PagePools pools_;
   PrefixCache cache_;
   std::unordered_map<SeqId, Sequence> seqs_;

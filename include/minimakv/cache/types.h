@@ -21,8 +21,8 @@ using PageId = uint32_t;
 using SeqId = uint64_t;
 inline constexpr PageId kNullPage = 0;
 
-// Fidelity tier of a logical page. Recent and Anchor pages are FP8, Stale pages TQ3 (except in
-// protected layers, which stay FP8).
+// Fidelity tier of a logical page. Recent and Anchor pages are FP8, Stale pages TQ3 (or, per layer,
+// TQ4; protected layers stay FP8).
 enum class Tier : uint8_t { kRecent = 0, kAnchor = 1, kStale = 2 };
 inline constexpr int kNumTiers = 3;
 const char* to_string(Tier t);
@@ -44,11 +44,14 @@ constexpr bool retiers(KvMode m) { return m == KvMode::kMinima; }
 // The format a page is appended in under the mode (also the format of every page of a mode that never
 // retiers, and of Recent/Anchor pages and protected layers under Minima).
 constexpr PageFormat append_format(KvMode m) { return m == KvMode::kBf16 ? PageFormat::kBf16 : PageFormat::kFp8; }
+// The Stale format of a layer that no option names.
+inline constexpr PageFormat kDefaultStaleFormat = PageFormat::kTq3;
 // The format a layer-page of `tier` is stored in: the one rule that maps tiers to formats, read by the
-// store, the KV budget and the backends. Stale pages of unprotected layers take the compressed format
-// under a mode that retiers; everything else stays in the append format.
-constexpr PageFormat storage_format(KvMode m, Tier tier, bool protected_layer) {
-  return retiers(m) && tier == Tier::kStale && !protected_layer ? PageFormat::kTq3 : append_format(m);
+// store, the KV budget and the backends. Under a mode that retiers, Stale pages take their layer's Stale
+// format (`layer_stale`: TQ3 by default, TQ4 for layers chosen for precision, the append format for
+// protected layers; StoreConfig::stale_formats); everything else stays in the append format.
+constexpr PageFormat storage_format(KvMode m, Tier tier, PageFormat layer_stale = kDefaultStaleFormat) {
+  return retiers(m) && tier == Tier::kStale ? layer_stale : append_format(m);
 }
 
 struct PageEntry {

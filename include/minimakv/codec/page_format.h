@@ -19,15 +19,15 @@
 
 namespace minimakv::codec {
 
-enum class PageFormat : uint8_t { kBf16 = 0, kFp8 = 1, kTq3 = 2 };
-inline constexpr int kNumPageFormats = 3;
+enum class PageFormat : uint8_t { kBf16 = 0, kFp8 = 1, kTq3 = 2, kTq4 = 3 };
+inline constexpr int kNumPageFormats = 4;
 
 // What one row of the table says. Sizes are per (token, head) vector of head_dim scalars.
 struct PageFormatSpec {
   PageFormat format;
   const char* name;       // as the CLI, the JSON reports and the metrics spell it
   int code_bits;          // bits per stored scalar of the code section (row bytes = code_bits * d / 8)
-  int meta_bytes;         // per-vector metadata (FP8: fp32 scale; TQ3: fp16 norm correction alpha)
+  int meta_bytes;         // per-vector metadata (FP8: fp32 scale; TQ3, TQ4: fp16 norm correction alpha)
   bool exact;             // decodes to exactly the BF16 values written (the dense control)
   bool rotated;           // codes live in the rotated domain: queries are rotated in, outputs rotated back
   bool appendable;        // tokens are written in place at append; otherwise made whole by conversion
@@ -37,6 +37,7 @@ inline constexpr std::array<PageFormatSpec, kNumPageFormats> kPageFormats = {{
     {PageFormat::kBf16, "bf16", 16, 0, true, false, true},
     {PageFormat::kFp8, "fp8", 8, 4, false, false, true},
     {PageFormat::kTq3, "tq3", 3, 2, false, true, false},
+    {PageFormat::kTq4, "tq4", 4, 2, false, true, false},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -65,7 +66,7 @@ inline constexpr uint32_t kRotatedFormats = rotated_format_mask();
 constexpr const std::array<PageFormatSpec, kNumPageFormats>& all_page_formats() { return kPageFormats; }
 
 const char* to_string(PageFormat f);
-// "bf16" | "fp8" | "tq3"; anything else throws std::invalid_argument naming the choices.
+// "bf16" | "fp8" | "tq3" | "tq4"; anything else throws std::invalid_argument naming the choices.
 PageFormat parse_page_format(std::string_view name);
 
 }  // namespace minimakv::codec

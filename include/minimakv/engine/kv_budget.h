@@ -1,15 +1,16 @@
 // How many layer-pages of each format a request holds, and KV pools sized from a memory envelope.
 //
 // Owns: the page arithmetic the scheduler admits by. For a request of T tokens in pages of P tokens
-// (n = ceil(T / P) logical pages, L layers of which Lp are protected):
+// (n = ceil(T / P) logical pages, L layers of which Lp are protected and L_f store Stale pages in
+// rotated format f, TQ3 or TQ4; sum_f L_f = L - Lp):
 //   bf16 / fp8  n * L pages of the mode's format;
 //   minima      settled (right after a retier checkpoint): the Recent window, the sinks and, with
 //               scoring, the scored anchors stay FP8 (k = min(n, W + sinks + A) logical pages), the rest
-//               is TQ3: FP8 k * (L - Lp) + n * Lp, TQ3 (n - k) * (L - Lp). Equal to what a real store
+//               is Stale: FP8 k * (L - Lp) + n * Lp, format f (n - k) * L_f. Equal to what a real store
 //               holds after the mode's chunked prefill (tests/engine/kv_budget_test.cpp checks it).
 //               peak (an upper bound over the request's whole life up to T): k grows by the tokens
 //               written between two checkpoints (a prefill chunk or a checkpoint interval) plus the
-//               page in conversion; TQ3 is bounded by n - 1 pages, since the controller may shrink the
+//               page in conversion; Stale is bounded by n - 1 pages, since the controller may shrink the
 //               window to one page under FP8 pressure. With checkpoint_interval 0 (no checkpoint
 //               while decoding) every page may be FP8.
 // Page sizes are the pools' own (codec::PageLayout), metadata and alignment included.
@@ -42,7 +43,7 @@ class KvBudget {
   size_t bytes(const PageCounts& c) const;
 
   // Pools that fill `envelope_bytes`: one format in bf16 and fp8 mode; in minima the envelope is split
-  // between FP8 and TQ3 in the proportion a request of `reference_tokens` tokens settles at (plus its
+  // between FP8 and the Stale formats in the proportion a request of `reference_tokens` tokens settles at (plus its
   // decode drift between checkpoints), after reserving step_headroom(step_tokens) FP8 pages. Throws
   // std::invalid_argument when the envelope cannot hold one such request.
   cache::StoreConfig pools_for_memory(size_t envelope_bytes, size_t reference_tokens, size_t step_tokens) const;
@@ -58,6 +59,7 @@ class KvBudget {
   model::ModelConfig cfg_;
   KvOptions kv_;
   size_t layers_ = 0, protected_ = 0, page_ = 0;
+  PageCounts stale_layers_{};  // layers whose Stale pages take each format (minima; protected ones excluded)
   PageCounts page_bytes_{};
 };
 

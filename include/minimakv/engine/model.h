@@ -21,6 +21,7 @@
 #include "minimakv/cache/kv_store.h"
 #include "minimakv/engine/architecture.h"
 #include "minimakv/engine/network.h"
+#include "minimakv/engine/options.h"
 #include "minimakv/model/config.h"
 #include "minimakv/model/tokenizer.h"
 
@@ -53,9 +54,9 @@ struct MemoryReport {
 };
 
 // A store configuration for this geometry: pools sized for max_tokens tokens of one sequence in the
-// formats the mode uses (FP8 and TQ3 both for minima).
-cache::StoreConfig store_config_for(const model::ModelConfig& cfg, cache::KvMode mode, int tokens_per_page,
-                                    size_t max_tokens);
+// formats the mode uses (for minima FP8 and each layer's Stale format: TQ3, or TQ4 for kv.tq4_layers),
+// with kv's protected and TQ4 layers.
+cache::StoreConfig store_config_for(const model::ModelConfig& cfg, const KvOptions& kv, size_t max_tokens);
 
 class Model final : public Network {
  public:
@@ -65,8 +66,15 @@ class Model final : public Network {
   const model::ModelConfig& config() const override { return cfg_; }
   const model::Tokenizer& tokenizer() const { return *tok_; }
   backend::Backend& backend() const { return *backend_; }
-  // A store configuration with this model's geometry.
-  cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const;
+  // A store configuration with this model's geometry (store_config_for).
+  cache::StoreConfig store_config(const KvOptions& kv, size_t max_tokens) const;
+  // The same for a mode and page size alone (every layer TQ3 when Stale, none protected).
+  cache::StoreConfig store_config(cache::KvMode mode, int tokens_per_page, size_t max_tokens) const {
+    KvOptions kv;
+    kv.mode = mode;
+    kv.tokens_per_page = tokens_per_page;
+    return store_config(kv, max_tokens);
+  }
   // A store whose pages live where this model's backend reads them (host pools or device memory).
   std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) const override {
     return backend_->make_store(cfg);

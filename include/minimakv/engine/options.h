@@ -25,6 +25,7 @@ struct KvOptions {
   int checkpoint_interval = 64;  // decode tokens between retier checkpoints (0: none while decoding)
   policy::ControllerConfig controller{};
   std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
+  std::vector<int> tq4_layers;        // layers whose Stale pages are TQ4 instead of TQ3 (minima)
 };
 
 // One request's decoding.
