@@ -55,6 +55,11 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
                             bool page_granular) {
   validate_decode_shape(shape);
   const int B = shape.tokens_per_page;
+  for (const auto& s : seqs)
+    for (const auto& pr : s)
+      if (!cuda_reads(pr.format))
+        throw std::invalid_argument(std::string("make_decode_plan: no CUDA kernel reads ") + codec::to_string(pr.format) +
+                                    " pages");
   if (split_tokens <= 0) {
     size_t tokens = 0;
     for (const auto& s : seqs)

@@ -71,6 +71,8 @@ PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShap
       for (size_t p = 0; p < s.pages.size(); ++p) {
         const PageRef& pr = s.pages[p];
         if (static_cast<int>(pr.format) != f) continue;
+        require(cuda_reads(pr.format),
+                std::string("make_prefill_plan: no CUDA kernel reads ") + codec::to_string(pr.format) + " pages");
         require(pr.page_id != 0, "make_prefill_plan: page id 0 is the null page");
         require(pr.tokens >= 1 && pr.tokens <= static_cast<uint32_t>(B),
                 "make_prefill_plan: page token count outside [1, tokens_per_page]");
