@@ -1,5 +1,6 @@
-// GPU decode benchmark: dense BF16, FP8-only and mixed (FP8 + TQ3) paged decode side by side in one
-// run, on pages written by our own append and conversion kernels, timed with CUDA events (warm-up, then
+// GPU decode benchmark: dense BF16, FP8-only, mixed (FP8 + TQ3) and mixed-tq4 (the same Stale pages
+// in TQ4) paged decode side by side in one run, on pages written by our own append and conversion kernels, timed with
+// CUDA events (warm-up, then
 // >= 20 timed repetitions; median and min-max). Effective bandwidth counts the K/V codes and metadata the
 // kernel reads (DecodeStats). A device-to-device copy gives the bandwidth ceiling of the same machine.
 // Each configuration also converts its Stale pages FP8 -> TQ3 with the fused kernel and with the former
@@ -132,6 +133,8 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
     (fused ? cuda::convert_fp8_to_tq3 : cuda::convert_fp8_to_tq3_per_vector)(
         views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
   });
+  // The same Stale pages in TQ4 (same ids, the TQ4 pool), for the mixed-tq4 arm.
+  cuda::convert_fp8_to_tq4(views, geo, signs.get(), djobs.get(), static_cast<int>(jobs.size()), {}, nullptr);
   // Bytes a conversion moves: the FP8 codes and scales it reads, the whole TQ3 pages it writes.
   double conv_bytes = 0;
   for (const auto& j : jobs)
@@ -142,14 +145,15 @@ std::vector<Row> run_config(const Config& c, int reps, const std::vector<int>& s
   cuda::DeviceArray<float> q(static_cast<size_t>(c.batch) * c.q_heads * c.d), out(q.size());
   fill_random<<<64, 256>>>(q.get(), q.size(), 99, 0.0f);
   std::vector<Row> rows;
-  for (const char* arm : {"bf16", "fp8", "mixed"}) {
+  for (const char* arm : {"bf16", "fp8", "mixed", "mixed-tq4"}) {
     std::vector<std::vector<cuda::PageRef>> seqs(c.batch);
     for (int s = 0; s < c.batch; ++s)
       for (int p = 0; p < pages_per_seq; ++p) {
         const int tokens = std::min(c.B, c.tokens - p * c.B);
-        const PageFormat f = std::strcmp(arm, "bf16") == 0  ? PageFormat::kBf16
-                             : std::strcmp(arm, "fp8") == 0 ? PageFormat::kFp8
-                                                            : mixed_format(p);
+        PageFormat f = std::strcmp(arm, "bf16") == 0  ? PageFormat::kBf16
+                       : std::strcmp(arm, "fp8") == 0 ? PageFormat::kFp8
+                                                      : mixed_format(p);
+        if (f == PageFormat::kTq3 && std::strcmp(arm, "mixed-tq4") == 0) f = PageFormat::kTq4;
         seqs[s].push_back({f, static_cast<uint32_t>(s * pages_per_seq + p + 1), static_cast<uint32_t>(tokens)});
       }
     std::vector<int> sizes = {0};  // 0: the plan's automatic split size

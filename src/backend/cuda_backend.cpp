@@ -363,9 +363,6 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<cache::KvStore> make_store(const cache::StoreConfig& cfg) override {
-    // TQ4 Stale pages are read by the CPU kernels only so far: refuse before any device memory is taken.
-    if (cache::retiers(cfg.mode) && !cfg.tq4_layers.empty())
-      throw std::invalid_argument("TQ4 Stale layers are not supported on the CUDA backend yet (CPU only)");
     return std::make_unique<cache::KvStore>(cfg, std::make_unique<DevicePageStorage>(cfg, stream_));
   }
 

@@ -52,22 +52,37 @@ class DevicePageStorage final : public cache::PageStorage {
 
   void convert(std::span<const Conversion> jobs) override {
     stream_->note_store_op();
-    std::vector<cuda::ConvertJob> to_tq3, to_fp8;
+    // Jobs by (rotated format, direction): TQ3 and TQ4, to and from FP8.
+    std::array<std::vector<cuda::ConvertJob>, 4> batch;  // tq3 down, tq3 up, tq4 down, tq4 up
     for (const Conversion& c : jobs) {
-      if (c.dst.format != cache::PageFormat::kTq3 && c.src.format != cache::PageFormat::kTq3)
+      const bool down = codec::format_spec(c.dst.format).rotated;
+      const cache::PageFormat rotated = down ? c.dst.format : c.src.format;
+      if ((rotated != cache::PageFormat::kTq3 && rotated != cache::PageFormat::kTq4) ||
+          (down ? c.src.format : c.dst.format) != cache::PageFormat::kFp8)
         throw std::invalid_argument(std::string("DevicePageStorage: no CUDA conversion between ") +
                                     codec::to_string(c.src.format) + " and " + codec::to_string(c.dst.format));
-      const cuda::ConvertJob j{c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer};
-      (c.dst.format == cache::PageFormat::kTq3 ? to_tq3 : to_fp8).push_back(j);
+      batch[(rotated == cache::PageFormat::kTq4 ? 2 : 0) + (down ? 0 : 1)].push_back(
+          {c.src.id, c.dst.id, static_cast<uint32_t>(geo_.tokens_per_page), c.layer});
     }
     const auto views = pool_.views();
-    if (!to_tq3.empty()) {
-      const auto* d = tq3_jobs_.write(to_tq3, stream_->s);
-      cuda::convert_fp8_to_tq3(views, geo_, signs_.get(), d, static_cast<int>(to_tq3.size()), policy_, stream_->s);
-    }
-    if (!to_fp8.empty()) {
-      const auto* d = fp8_jobs_.write(to_fp8, stream_->s);
-      cuda::convert_tq3_to_fp8(views, geo_, signs_.get(), d, static_cast<int>(to_fp8.size()), stream_->s);
+    for (int b = 0; b < 4; ++b) {
+      if (batch[b].empty()) continue;
+      const auto* d = jobs_[b].write(batch[b], stream_->s);
+      const int n = static_cast<int>(batch[b].size());
+      switch (b) {
+        case 0:
+          cuda::convert_fp8_to_tq3(views, geo_, signs_.get(), d, n, policy_, stream_->s);
+          break;
+        case 1:
+          cuda::convert_tq3_to_fp8(views, geo_, signs_.get(), d, n, stream_->s);
+          break;
+        case 2:
+          cuda::convert_fp8_to_tq4(views, geo_, signs_.get(), d, n, policy_, stream_->s);
+          break;
+        default:
+          cuda::convert_tq4_to_fp8(views, geo_, signs_.get(), d, n, stream_->s);
+          break;
+      }
     }
   }
 
@@ -83,7 +98,7 @@ class DevicePageStorage final : public cache::PageStorage {
   cuda::DeviceArray<float> signs_;
   codec::Tq3Policy policy_;
   std::shared_ptr<Stream> stream_;
-  DeviceScratch<cuda::ConvertJob> tq3_jobs_, fp8_jobs_;
+  std::array<DeviceScratch<cuda::ConvertJob>, 4> jobs_;  // one per batch of convert(), in flight together
 };
 
 }  // namespace minimakv::backend

@@ -1,6 +1,6 @@
 // How the paged decode kernels' MMA fragments come from staged page rows (decode_split.cuh): for each
 // page format, which dims or tokens a lane's fragment registers hold, how BF16 rows, E4M3 codes and TQ3
-// codes become bf16 or fp16 operands, and how fp32 values split into terms of the MMA type.
+// or TQ4 codes become bf16 or fp16 operands, and how fp32 values split into terms of the MMA type.
 //
 // Invariants: every operand is exact in its MMA type (BF16 rows as bf16, E4M3 values and TQ3 levels as
 // fp16); QK and PV read the same permutation of dims or tokens for both operands, so the products are
@@ -22,7 +22,7 @@ using namespace detail;
 template <codec::PageFormat F>
 inline constexpr int kQueryTerms = F == codec::PageFormat::kBf16 ? 3 : 2;
 
-// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8 and BF16:
+// The first of the four consecutive dims that lane t's fragments hold in QK k-step ks. FP8, TQ4 and BF16:
 // 16 ks + 4 t. TQ3: 64-code chunks, lane t taking codes [16 t, 16 t + 16) of each (48 contiguous bits),
 // four per step.
 template <codec::PageFormat F>
@@ -50,7 +50,7 @@ __device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
   return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
 }
 
-// The MMA of format F's fragments: bf16 for BF16 pages, fp16 for FP8 and TQ3.
+// The MMA of format F's fragments: bf16 for BF16 pages, fp16 for FP8, TQ3 and TQ4.
 template <codec::PageFormat F>
 __device__ inline void mma_tile(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (F == codec::PageFormat::kBf16)
@@ -80,7 +80,7 @@ __device__ inline void split_terms(float x0, float x1, uint32_t (&r)[N]) {
 }
 
 // The QK fragments (A operand) of k-steps [4 c, 4 c + 4) for lane (g, t): rows r0 (token g of the
-// block) and r1 (token g + 8). pairs: the TQ3 level-pair table.
+// block) and r1 (token g + 8). pairs: the TQ3 (64) or TQ4 (256) level-pair table.
 template <codec::PageFormat F, int D>
 __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, const uint32_t* pairs,
                                 uint32_t (&a)[4][4]) {
@@ -92,6 +92,18 @@ __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int
       a[kk][1] = pairs[(v1 >> (12 * kk)) & 63u];
       a[kk][2] = pairs[(v0 >> (12 * kk + 6)) & 63u];
       a[kk][3] = pairs[(v1 >> (12 * kk + 6)) & 63u];
+    }
+  } else if constexpr (F == codec::PageFormat::kTq4) {
+    // Dims 16 ks + 4 t .. + 3 are the two bytes at 8 ks + 2 t; a byte is two codes, one table word.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int ks = 4 * c + kk;
+      const uint32_t w0 = *reinterpret_cast<const uint16_t*>(r0 + 8 * ks + 2 * t);
+      const uint32_t w1 = *reinterpret_cast<const uint16_t*>(r1 + 8 * ks + 2 * t);
+      a[kk][0] = pairs[w0 & 255u];
+      a[kk][1] = pairs[w1 & 255u];
+      a[kk][2] = pairs[w0 >> 8];
+      a[kk][3] = pairs[w1 >> 8];
     }
   } else if constexpr (F == codec::PageFormat::kFp8) {
 #pragma unroll
@@ -130,6 +142,21 @@ __device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int
     for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * stride, d);
     auto pair = [&](int ja, int jb, int e) {
       return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
+    };
+    a0[0] = pair(0, 1, 0);
+    a0[1] = pair(0, 1, 1);
+    a0[2] = pair(2, 3, 0);
+    a0[3] = pair(2, 3, 1);
+    a1[0] = pair(0, 1, 2);
+    a1[1] = pair(0, 1, 3);
+    a1[2] = pair(2, 3, 2);
+    a1[3] = pair(2, 3, 3);
+  } else if constexpr (F == codec::PageFormat::kTq4) {
+    uint32_t c[4];  // dims d .. d + 3 of tokens t + 4 j: 16 bits each; finite levels, no padding mask
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[j] = *reinterpret_cast<const uint16_t*>(vrow + (16 * kt + 4 * j) * stride + d / 2);
+    auto pair = [&](int ja, int jb, int e) {
+      return pairs[((c[ja] >> (4 * e)) & 15u) | (((c[jb] >> (4 * e)) & 15u) << 4)];
     };
     a0[0] = pair(0, 1, 0);
     a0[1] = pair(0, 1, 1);

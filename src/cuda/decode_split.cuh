@@ -22,6 +22,7 @@
 #include "decode_fragments.cuh"
 #include "minimakv/codec/page_format.h"
 #include "minimakv/codec/tq3.h"
+#include "minimakv/codec/tq4.h"
 #include "minimakv/cuda/decode_plan.h"
 
 namespace minimakv::cuda::decode_detail {
@@ -150,6 +151,9 @@ struct Tiling {
 #ifndef MINIMAKV_DECODE_TT_2
 #define MINIMAKV_DECODE_TT_2 0
 #endif
+#ifndef MINIMAKV_DECODE_TT_3
+#define MINIMAKV_DECODE_TT_3 0
+#endif
 #ifndef MINIMAKV_DECODE_AHEAD_0
 #define MINIMAKV_DECODE_AHEAD_0 0
 #endif
@@ -158,6 +162,9 @@ struct Tiling {
 #endif
 #ifndef MINIMAKV_DECODE_AHEAD_2
 #define MINIMAKV_DECODE_AHEAD_2 0
+#endif
+#ifndef MINIMAKV_DECODE_AHEAD_3
+#define MINIMAKV_DECODE_AHEAD_3 0
 #endif
 #ifndef MINIMAKV_DECODE_PIPE_0
 #define MINIMAKV_DECODE_PIPE_0 -1
@@ -168,20 +175,27 @@ struct Tiling {
 #ifndef MINIMAKV_DECODE_PIPE_2
 #define MINIMAKV_DECODE_PIPE_2 -1
 #endif
+#ifndef MINIMAKV_DECODE_PIPE_3
+#define MINIMAKV_DECODE_PIPE_3 -1
+#endif
 template <codec::PageFormat F, int D>
 constexpr Tiling decode_tiling() {
   constexpr int row = static_cast<int>(codec::format_row_bytes(F, D));
   Tiling t{};
-  if constexpr (F == codec::PageFormat::kTq3)
+  if constexpr (F == codec::PageFormat::kTq3 || F == codec::PageFormat::kTq4)
     t = {32, 1, false};
   else if constexpr (F == codec::PageFormat::kFp8)
     t = row >= 256 ? Tiling{16, 2, false} : Tiling{32, 1, false};
   else
     t = {row >= 256 ? 16 : 32, 1, false};
   constexpr int fi = codec::format_index(F);
-  constexpr int lab_tokens[3] = {MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_TT_2};
-  constexpr int lab_ahead[3] = {MINIMAKV_DECODE_AHEAD_0, MINIMAKV_DECODE_AHEAD_1, MINIMAKV_DECODE_AHEAD_2};
-  constexpr int lab_pipe[3] = {MINIMAKV_DECODE_PIPE_0, MINIMAKV_DECODE_PIPE_1, MINIMAKV_DECODE_PIPE_2};
+  constexpr int lab_tokens[4] = {MINIMAKV_DECODE_TT_0, MINIMAKV_DECODE_TT_1, MINIMAKV_DECODE_TT_2,
+                                 MINIMAKV_DECODE_TT_3};
+  constexpr int lab_ahead[4] = {MINIMAKV_DECODE_AHEAD_0, MINIMAKV_DECODE_AHEAD_1, MINIMAKV_DECODE_AHEAD_2,
+                                MINIMAKV_DECODE_AHEAD_3};
+  constexpr int lab_pipe[4] = {MINIMAKV_DECODE_PIPE_0, MINIMAKV_DECODE_PIPE_1, MINIMAKV_DECODE_PIPE_2,
+                               MINIMAKV_DECODE_PIPE_3};
+  static_assert(codec::kNumPageFormats == 4, "one kernel-lab tiling override per format");
   if (lab_tokens[fi] > 0) t.tokens = lab_tokens[fi];
   if (lab_ahead[fi] > 0) t.ahead = lab_ahead[fi];
   if (lab_pipe[fi] >= 0) t.pipelined = lab_pipe[fi] != 0;
@@ -219,8 +233,11 @@ struct TileGeom {
 // TQ3 codes become fp16 fragments through the 64-entry pair table in shared memory. (A 4,096-entry
 // quad table, four codes to two registers with one lookup, measured 1.4-1.7x slower on an H200: random
 // 8-byte lookups into 32 KB conflict on the banks; docs/benchmarks.md.)
+// TQ4: a 256-entry table, one byte (two codes) to one register.
 template <codec::PageFormat F>
-inline constexpr size_t kLevelTableBytes = F == codec::PageFormat::kTq3 ? sizeof(uint32_t) * 64 : 0;
+inline constexpr size_t kLevelTableBytes = F == codec::PageFormat::kTq3   ? sizeof(uint32_t) * 64
+                                           : F == codec::PageFormat::kTq4 ? sizeof(uint32_t) * 256
+                                                                          : 0;
 
 // Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | rings or red_acc].
 template <codec::PageFormat F, int D>
@@ -301,6 +318,10 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   if (F == codec::PageFormat::kTq3 && threadIdx.x < 64)
     pairs[threadIdx.x] = pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
                                     codec::tq3_level(static_cast<int>(threadIdx.x >> 3)));
+  // pairs[a | b << 4] = {level a, level b}: a TQ4 byte (low nibble first) to one fragment register.
+  if (F == codec::PageFormat::kTq4)
+    for (int i = threadIdx.x; i < 256; i += kThreads)
+      pairs[i] = pack_half2(codec::tq4_level(i & 15), codec::tq4_level(i >> 4));
   const int G = p.group;
   {
     const float* qsrc = (kRotatedFormat<F> ? p.q_rot : p.q) +

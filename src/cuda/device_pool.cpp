@@ -21,8 +21,16 @@ DeviceLayout DeviceLayout::from(const codec::PageLayout& L) {
   return d;
 }
 
+namespace {
+std::array<size_t, codec::kNumPageFormats> every_format(size_t pages) {
+  std::array<size_t, codec::kNumPageFormats> a;
+  a.fill(pages);
+  return a;
+}
+}  // namespace
+
 DevicePagePool::DevicePagePool(codec::PageGeometry g, size_t capacity_pages)
-    : DevicePagePool(g, {capacity_pages, capacity_pages, capacity_pages}) {}
+    : DevicePagePool(g, every_format(capacity_pages)) {}
 
 DevicePagePool::DevicePagePool(codec::PageGeometry g, std::array<size_t, codec::kNumPageFormats> capacity_pages)
     : layouts_(codec::page_layouts(g)),

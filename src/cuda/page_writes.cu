@@ -1,11 +1,13 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "minimakv/codec/fp8_e4m3.h"
 #include "minimakv/codec/half.h"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/codec/tq3.h"
+#include "minimakv/codec/tq4.h"
 #include "minimakv/cuda/page_writes.h"
 #include "tq3_convert.cuh"
 
@@ -61,9 +63,10 @@ __device__ float warp_fp8_encode(const float* x, int d, uint8_t* codes) {
   return s;
 }
 
-// codec::tq3_encode_rotated_ref of y[0..d) (shared memory; tmp and codes are per-warp scratch).
-__device__ uint16_t warp_tq3_encode(float* y, float* tmp, uint8_t* codes, int d, codec::NormCorrection corr,
-                                    uint8_t* packed) {
+// codec::rotated_encode_ref<Book> of y[0..d) (shared memory; tmp and codes are per-warp scratch).
+template <class Book>
+__device__ uint16_t warp_rotated_encode(float* y, float* tmp, uint8_t* codes, int d, codec::NormCorrection corr,
+                                        uint8_t* packed) {
   const int lane = threadIdx.x & 31;
   bool bad_lane = false;
   for (int i = lane; i < d; i += 32) {
@@ -83,12 +86,13 @@ __device__ uint16_t warp_tq3_encode(float* y, float* tmp, uint8_t* codes, int d,
     post = 1.8446744073709552e19f;
     ss = warp_canonical_sum(tmp, d);
   }
-  const auto pack = [&] {
+  const auto pack = [&] {  // 8 codes (3 or 4 whole bytes) a lane
     __syncwarp();
-    for (int g = lane; g < d / 8; g += 32) codec::tq3_pack8(codes + 8 * g, packed + 3 * g);
+    constexpr int kGroupBytes = static_cast<int>(Book::packed_bytes(8));
+    for (int g = lane; g < d / 8; g += 32) Book::pack(codes + 8 * g, 8, packed + kGroupBytes * g);
   };
   if (bad || ss == 0.0f) {
-    for (int i = lane; i < d; i += 32) codes[i] = bad ? 0 : 4;
+    for (int i = lane; i < d; i += 32) codes[i] = bad ? 0 : Book::kZeroCode;
     pack();
     return bad ? codec::kHalfNaN : 0;
   }
@@ -96,27 +100,25 @@ __device__ uint16_t warp_tq3_encode(float* y, float* tmp, uint8_t* codes, int d,
   const float sqrt_d = d == 64 ? 8.0f : (d == 128 ? 11.3137084989847604f : 16.0f);
   const float to_unit = codec::detail::div_rn(sqrt_d, norm);
   for (int i = lane; i < d; i += 32) {
-    const int c = codec::tq3_code(codec::detail::mul_rn(y[i], to_unit));
+    const int c = Book::code(codec::detail::mul_rn(y[i], to_unit));
     codes[i] = static_cast<uint8_t>(c);
   }
   __syncwarp();
   float alpha;
   if (corr == codec::NormCorrection::kUnbiased || corr == codec::NormCorrection::kMinMse) {
-    for (int i = lane; i < d; i += 32) tmp[i] = codec::detail::mul_rn(y[i], codec::tq3_level(codes[i]));
+    for (int i = lane; i < d; i += 32) tmp[i] = codec::detail::mul_rn(y[i], Book::level(codes[i]));
     __syncwarp();
     const float yc = warp_canonical_sum(tmp, d);
     __syncwarp();
     if (corr == codec::NormCorrection::kUnbiased) {
       alpha = codec::detail::div_rn(ss, yc);
     } else {
-      for (int i = lane; i < d; i += 32)
-        tmp[i] = codec::detail::mul_rn(codec::tq3_level(codes[i]), codec::tq3_level(codes[i]));
+      for (int i = lane; i < d; i += 32) tmp[i] = codec::detail::mul_rn(Book::level(codes[i]), Book::level(codes[i]));
       __syncwarp();
       alpha = codec::detail::div_rn(yc, warp_canonical_sum(tmp, d));
     }
   } else if (corr == codec::NormCorrection::kPreserveNorm) {
-    for (int i = lane; i < d; i += 32)
-      tmp[i] = codec::detail::mul_rn(codec::tq3_level(codes[i]), codec::tq3_level(codes[i]));
+    for (int i = lane; i < d; i += 32) tmp[i] = codec::detail::mul_rn(Book::level(codes[i]), Book::level(codes[i]));
     __syncwarp();
     alpha = codec::detail::div_rn(norm, codec::detail::sqrt_rn(warp_canonical_sum(tmp, d)));
   } else {
@@ -167,9 +169,10 @@ __global__ void zero_dst_kernel(PoolViews pools, int dst_format, const ConvertJo
   for (size_t i = threadIdx.x; i < L.page_bytes; i += blockDim.x) page[i] = 0;
 }
 
-// The former conversions, one warp per (token, head) vector through shared memory after a zeroing pass
-// (tq3_convert.cuh replaced both): the baselines the benchmark and the tests compare the fused kernels with.
-template <bool kToTq3>
+// The per-vector conversions, one warp per (token, head) vector through shared memory after a zeroing
+// pass: for TQ3 the former kernels (tq3_convert.cuh replaced both), the baselines the benchmark and the
+// tests compare the fused kernels with; for TQ4 the only ones so far. RF: the rotated format.
+template <bool kToTq3, codec::PageFormat RF = codec::PageFormat::kTq3>
 __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float* signs, const ConvertJob* jobs,
                                codec::NormCorrection kcorr, codec::NormCorrection vcorr) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -178,7 +181,8 @@ __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float
   if (t >= B || t >= static_cast<int>(job.tokens)) return;
   __shared__ Scratch sc[kWarpsPerBlock];
   Scratch& s = sc[warp];
-  constexpr int sf = kToTq3 ? 1 : 2, df = kToTq3 ? 2 : 1;
+  using Book = std::conditional_t<RF == codec::PageFormat::kTq4, codec::Tq4Book, codec::Tq3Book>;
+  constexpr int sf = kToTq3 ? 1 : codec::format_index(RF), df = kToTq3 ? codec::format_index(RF) : 1;
   const DeviceLayout SL = pools.layout[sf], DL = pools.layout[df];
   const uint8_t* src = pools.base[sf] + static_cast<size_t>(job.src_page) * SL.page_bytes;
   uint8_t* dst = pools.base[df] + static_cast<size_t>(job.dst_page) * DL.page_bytes;
@@ -200,13 +204,14 @@ __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float
       warp_fwht(s.x, d);
       for (int i = lane; i < d; i += 32) s.x[i] = codec::detail::mul_rn(s.x[i], c);
       __syncwarp();
-      const uint16_t a = warp_tq3_encode(s.x, s.tmp, s.codes, d, kv ? vcorr : kcorr, drow);
+      const uint16_t a = warp_rotated_encode<Book>(s.x, s.tmp, s.codes, d, kv ? vcorr : kcorr, drow);
       if (lane == 0) *reinterpret_cast<uint16_t*>(dmeta) = a;
     } else {
       const float a = codec::half_to_float(*reinterpret_cast<const uint16_t*>(smeta));
-      for (int g = lane; g < d / 8; g += 32) codec::tq3_unpack8(srow + 3 * g, s.codes + 8 * g);
+      constexpr int kGroupBytes = static_cast<int>(Book::packed_bytes(8));
+      for (int g = lane; g < d / 8; g += 32) Book::unpack(srow + kGroupBytes * g, 8, s.codes + 8 * g);
       __syncwarp();
-      for (int i = lane; i < d; i += 32) s.x[i] = codec::detail::mul_rn(a, codec::tq3_level(s.codes[i]));
+      for (int i = lane; i < d; i += 32) s.x[i] = codec::detail::mul_rn(a, Book::level(s.codes[i]));
       warp_fwht(s.x, d);
       for (int i = lane; i < d; i += 32) s.x[i] = codec::detail::mul_rn(codec::detail::mul_rn(s.x[i], c), sg[i]);
       __syncwarp();
@@ -333,6 +338,31 @@ void convert_tq3_to_fp8_per_vector(const PoolViews& pools, const codec::PageGeom
       <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
                                                  codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
   check(cudaGetLastError(), "convert_tq3_to_fp8_per_vector");
+}
+
+void convert_fp8_to_tq4(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                        const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream) {
+  constexpr int tq4 = codec::format_index(codec::PageFormat::kTq4);
+  validate(pools, geo, 1, tq4, "convert_fp8_to_tq4");
+  if (n_jobs <= 0) return;
+  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, tq4, jobs);
+  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  convert_kernel<true, codec::PageFormat::kTq4><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+      pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs, policy.keys, policy.values);
+  check(cudaGetLastError(), "convert_fp8_to_tq4");
+}
+
+void convert_tq4_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                        const ConvertJob* jobs, int n_jobs, cudaStream_t stream) {
+  constexpr int tq4 = codec::format_index(codec::PageFormat::kTq4);
+  validate(pools, geo, tq4, 1, "convert_tq4_to_fp8");
+  if (n_jobs <= 0) return;
+  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 1, jobs);
+  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  convert_kernel<false, codec::PageFormat::kTq4>
+      <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
+                                                 codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
+  check(cudaGetLastError(), "convert_tq4_to_fp8");
 }
 
 }  // namespace minimakv::cuda

@@ -69,7 +69,7 @@ template <codec::PageFormat F, int D>
 #if defined(MINIMAKV_DECODE_LAB) && defined(MINIMAKV_DECODE_MIN_BLOCKS)
 constexpr int kMinBlocks = MINIMAKV_DECODE_MIN_BLOCKS;
 #else
-constexpr int kMinBlocks = F == codec::PageFormat::kTq3 ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+constexpr int kMinBlocks = kRotatedFormat<F> ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
 #endif
 
 // One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
@@ -107,6 +107,7 @@ void launch_split(const StepParams& p, const std::array<int, codec::kNumPageForm
   launch_format<PageFormat::kBf16, D>(p, splits[codec::format_index(PageFormat::kBf16)], exact_st);
   launch_format<PageFormat::kFp8, D>(p, splits[codec::format_index(PageFormat::kFp8)], exact_st);
   launch_format<PageFormat::kTq3, D>(p, splits[codec::format_index(PageFormat::kTq3)], tq3_st);
+  launch_format<PageFormat::kTq4, D>(p, splits[codec::format_index(PageFormat::kTq4)], tq3_st);
 }
 
 // Grids: `batch` rows for the rotation (steps that read TQ3) and the merge, splits[f] CTAs (per KV head)
@@ -197,7 +198,9 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
     if (sp.tok_begin != 0 ||
         (sp.entry_end - sp.entry_begin == 1 && sp.tok_end < static_cast<int>(plan.entries[sp.entry_begin].tokens)))
       granular = false;
-  const bool tq3 = seen[2], exact = seen[0] || seen[1];
+  bool tq3 = false;  // any rotated format (TQ3, TQ4)
+  for (int f = 0; f < codec::kNumPageFormats; ++f) tq3 |= seen[f] && ((codec::kRotatedFormats >> f) & 1u);
+  const bool exact = seen[0] || seen[1];
   st.route = tq3 && exact ? "mixed" : tq3 ? "tq3-only" : seen[1] && !seen[0] ? "fp8-only" : "dense";
   st.splits = static_cast<int>(plan.splits.size());
   st.entries = static_cast<int>(plan.entries.size());

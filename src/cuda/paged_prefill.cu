@@ -67,6 +67,9 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
     case codec::format_index(codec::PageFormat::kFp8):
       prefill_tile<codec::PageFormat::kFp8, D, QT, Wg>(p, w, h, smem);
       break;
+    case codec::format_index(codec::PageFormat::kTq4):
+      prefill_tile<codec::PageFormat::kTq4, D, QT, Wg>(p, w, h, smem);
+      break;
     default:
       prefill_tile<codec::PageFormat::kTq3, D, QT, Wg>(p, w, h, smem);
       break;
@@ -222,7 +225,9 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   }
   for (int f = 0; f < codec::kNumPageFormats; ++f)
     if (seen[f]) st.bytes_read[f] = plan.key_reads[f] * 2ull * (pools.layout[f].row + pools.layout[f].meta);
-  const bool tq3 = seen[2], exact = seen[0] || seen[1];
+  bool tq3 = false;  // any rotated format (TQ3, TQ4)
+  for (int f = 0; f < codec::kNumPageFormats; ++f) tq3 |= seen[f] && ((codec::kRotatedFormats >> f) & 1u);
+  const bool exact = seen[0] || seen[1];
   st.route = tq3 && exact ? "mixed" : tq3 ? "tq3-only" : seen[1] && !seen[0] ? "fp8-only" : "dense";
   st.splits = static_cast<int>(plan.splits.size());
   st.entries = static_cast<int>(plan.entries.size());

@@ -65,14 +65,15 @@ PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShap
     rows += s.n;
     tiles += seq_tiles;
     stats += static_cast<int64_t>(s.n) * static_cast<int64_t>(need) * shape.q_heads;
+    for (const PageRef& pr : s.pages)
+      require(cuda_reads(pr.format),
+              std::string("make_prefill_plan: no CUDA kernel reads ") + codec::to_string(pr.format) + " pages");
     const size_t split0 = plan.splits.size();
     for (int f = 0; f < codec::kNumPageFormats; ++f) {
       const int first = static_cast<int>(plan.entries.size());
       for (size_t p = 0; p < s.pages.size(); ++p) {
         const PageRef& pr = s.pages[p];
         if (static_cast<int>(pr.format) != f) continue;
-        require(cuda_reads(pr.format),
-                std::string("make_prefill_plan: no CUDA kernel reads ") + codec::to_string(pr.format) + " pages");
         require(pr.page_id != 0, "make_prefill_plan: page id 0 is the null page");
         require(pr.tokens >= 1 && pr.tokens <= static_cast<uint32_t>(B),
                 "make_prefill_plan: page token count outside [1, tokens_per_page]");

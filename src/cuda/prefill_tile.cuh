@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "attention_device.cuh"
+#include "minimakv/codec/tq4.h"
 #include "minimakv/cuda/prefill_plan.h"
 
 // Kernel-lab knob (scripts/bench/prefill-lab.sh): raw code stages of the FP8/TQ3 staging ring (copies run
@@ -164,7 +165,9 @@ struct PrefillTile {
   static constexpr size_t kBuf = kQ + static_cast<size_t>(QT) * kRows * kRowBytes;
   static constexpr size_t kStage = kBuf + kBuffers * kBufferBytes;
   static constexpr size_t kTable = kStage + kStages * kStageBytes;
-  static constexpr size_t kBytes = kTable + (F == codec::PageFormat::kTq3 ? 256 : 0);
+  static constexpr size_t kBytes = kTable + (F == codec::PageFormat::kTq3   ? 256
+                                             : F == codec::PageFormat::kTq4 ? 1024
+                                                                            : 0);
   static_assert(kBufferBytes % 16 == 0 && kStageBytes % 16 == 0 && kBytes <= 227 * 1024);
 
   // Ping-pong (kernel lab, MINIMAKV_PREFILL_PINGPONG): the two consumer warpgroups wait for tiles on
@@ -188,7 +191,9 @@ constexpr size_t prefill_tile_smem() {
   constexpr size_t a = PrefillTile<codec::PageFormat::kBf16, D, QT, Wg>::kBytes;
   constexpr size_t b = PrefillTile<codec::PageFormat::kFp8, D, QT, Wg>::kBytes;
   constexpr size_t c = PrefillTile<codec::PageFormat::kTq3, D, QT, Wg>::kBytes;
-  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+  constexpr size_t e = PrefillTile<codec::PageFormat::kTq4, D, QT, Wg>::kBytes;
+  constexpr size_t ab = a > b ? a : b, ce = c > e ? c : e;
+  return ab > ce ? ab : ce;
 }
 
 // What every thread of the CTA knows about its work.
@@ -260,6 +265,10 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
     // Two 3-bit codes (the low one first) -> their two levels as one fp16x2 word.
     if (pt < 64) table[pt] = pack_half2(codec::tq3_level(pt & 7), codec::tq3_level(pt >> 3));
     named_sync(T::kProducersBar, 128);
+  } else if constexpr (F == codec::PageFormat::kTq4) {
+    // One byte (two 4-bit codes, the low one first) -> their two levels as one fp16x2 word.
+    for (int i = pt; i < 256; i += 128) table[i] = pack_half2(codec::tq4_level(i & 15), codec::tq4_level(i >> 4));
+    named_sync(T::kProducersBar, 128);
   }
   auto buffer = [&](int t) { return smem + T::kBuf + static_cast<size_t>(t % T::kBuffers) * T::kBufferBytes; };
   auto stage = [&](int t) {
@@ -281,7 +290,7 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
       // FP8: the fp32 scale; TQ3: the aligned word holding the fp16 alpha (head blocks are 16-byte aligned
       // and an odd page size leaves padding after the last alpha, so the word stays inside the block).
       const uint8_t* m = k.page + meta_off + static_cast<size_t>(k.tok) * L.meta;
-      if constexpr (F == codec::PageFormat::kTq3) m -= (k.tok & 1) * 2;
+      if constexpr (kRotatedFormat<F>) m -= (k.tok & 1) * 2;  // TQ3, TQ4: fp16 alpha
       cp_async<4>(smem_u32(stage(t) + 128 * T::kRawStride + pt * 4), m);
     }
   };
@@ -329,6 +338,25 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
           }
           out(2 * i) = make_uint4(h[0], h[1], h[2], h[3]);
           out(2 * i + 1) = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+      } else if constexpr (F == codec::PageFormat::kTq4) {
+        // TQ4: a byte is two codes (the low nibble first), one table word; 8 elements are 4 bytes.
+        const __half alpha = __half(__half_raw{static_cast<uint16_t>(meta >> (16 * (k.tok & 1)))});
+        kscale = __half2float(alpha);
+        const __half2 a2 = __half2half2(alpha);
+#pragma unroll
+        for (int gi = 0; gi < T::kPieceElems / 8; ++gi) {
+          const uint32_t bits = reinterpret_cast<const uint32_t*>(raw)[gi];
+          uint32_t h[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            h[q] = table[(bits >> (8 * q)) & 255u];
+            if (is_v) {
+              const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[q]), a2);
+              h[q] = *reinterpret_cast<const uint32_t*>(&v);
+            }
+          }
+          out(gi) = make_uint4(h[0], h[1], h[2], h[3]);
         }
       } else {
         // TQ3: groups of eight 3-bit codes, 24 bits each, little-endian across the piece's words.

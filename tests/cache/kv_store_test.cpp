@@ -151,14 +151,17 @@ TEST(KvStore, DemoteIsCopyBeforePublishAndReadersKeepTheSource) {
 // A TQ4 layer's Stale page is TQ4, decodes close to what was written (closer than TQ3's), and promotes
 // back to FP8; the audit checks every row against the per-layer rule.
 TEST(KvStore, Tq4LayersConvertToTq4AndBack) {
+  MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   auto cfg = small_config();
   cfg.tq4_layers = {1};
   cfg.pages_of(PageFormat::kTq4) = 8;
   cfg.prefix_caching = false;  // so that promotion converts instead of rebinding to the cached FP8 copy
+  cfg.tokens_per_page = 32;    // 64 vectors a layer-page: enough for the error bounds below
+  cfg.kv_heads = 2;
   KvStore st(cfg);
   const SeqId s = st.create_sequence();
-  auto r = random_rows(rng, cfg, 8);
+  auto r = random_rows(rng, cfg, 40);
   st.append(s, r.ids, r.k, r.v);
   EXPECT_EQ(st.stale_format(0), PageFormat::kTq3);
   EXPECT_EQ(st.stale_format(1), PageFormat::kTq4);

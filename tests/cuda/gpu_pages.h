@@ -74,10 +74,10 @@ inline GpuPageSet make_gpu_pages(std::mt19937_64& rng, codec::PageGeometry geo, 
         }
         codec::write_token(page, L, t, k, v);
       }
-      if (f == codec::PageFormat::kTq3) {
-        const auto& TL = s.pool->layout(codec::PageFormat::kTq3);
+      if (codec::format_spec(f).rotated) {  // TQ3 or TQ4, made from the FP8 page as the store does
+        const auto& TL = s.pool->layout(f);
         std::vector<uint8_t> tq(TL.bytes());
-        codec::convert_fp8_to_tq3(page, fp8L, tq, TL, s.rotations, tokens);
+        codec::convert_fp8_to_rotated(page, fp8L, tq, TL, s.rotations, tokens);
         page = std::move(tq);
       }
       const uint32_t id = s.free_ids.back();
@@ -97,11 +97,14 @@ inline GpuPageSet make_gpu_pages(std::mt19937_64& rng, codec::PageGeometry geo, 
   return s;
 }
 
-// A random mix of formats: 20% BF16, 30% FP8, 50% TQ3 pages.
+// A random mix of formats: 20% BF16, 30% FP8, 30% TQ3, 20% TQ4 pages.
 inline FormatChooser random_format_mix(std::mt19937_64& rng) {
   return [&rng](int, int, int) {
     const int x = static_cast<int>(rng() % 10);
-    return x < 2 ? codec::PageFormat::kBf16 : x < 5 ? codec::PageFormat::kFp8 : codec::PageFormat::kTq3;
+    return x < 2   ? codec::PageFormat::kBf16
+           : x < 5 ? codec::PageFormat::kFp8
+           : x < 8 ? codec::PageFormat::kTq3
+                   : codec::PageFormat::kTq4;
   };
 }
 

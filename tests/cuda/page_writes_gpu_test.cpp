@@ -109,62 +109,70 @@ TEST(GpuPageWrites, AppendEqualsCpuWriteTokenForFp8AndBf16) {
   }
 }
 
+// Both rotated formats: TQ3 through the fused kernels, TQ4 through the per-vector ones.
 TEST(GpuPageWrites, BatchedConversionsEqualCpuCodecByteForByte) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
-  for (int d : {64, 128, 256}) {
-    for (int B : {16, 37, 832}) {  // 37: rows and metadata end inside a 16-byte block (padding)
-      const codec::PageGeometry g{B, 2, d};
-      const int layers = 3, jobs_n = 6;
-      cuda::DevicePagePool pool(g, jobs_n + 1);
-      const auto& FL = pool.layout(PageFormat::kFp8);
-      const auto& TL = pool.layout(PageFormat::kTq3);
-      const auto signs = cuda::upload_rotation_signs(layers, g.kv_heads, d, codec::kDefaultRotationSeed);
-      std::vector<cuda::ConvertJob> jobs;
-      std::vector<std::vector<uint8_t>> fp8_pages;
-      for (int j = 0; j < jobs_n; ++j) {
-        const int tokens = j == 0 ? B : 1 + static_cast<int>(rng() % B);
-        fp8_pages.push_back(random_fp8_page(rng, FL, tokens));
-        pool.upload(PageFormat::kFp8, static_cast<uint32_t>(j + 1), fp8_pages.back());
-        // Destination ids permuted, so a job never writes "its own" slot by accident.
-        jobs.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(jobs_n - j), static_cast<uint32_t>(tokens),
-                        static_cast<uint32_t>(j % layers)});
-      }
-      cuda::DeviceArray<cuda::ConvertJob> dj(jobs.size());
-      cuda::check(cudaMemcpy(dj.get(), jobs.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
-      for (const codec::Tq3Policy pol :
-           {codec::Tq3Policy{}, codec::Tq3Policy{codec::NormCorrection::kPreserveNorm, codec::NormCorrection::kNone},
-            codec::Tq3Policy{codec::NormCorrection::kMinMse, codec::NormCorrection::kUnbiased}}) {
-        // Poison the destinations: the kernel must write every byte.
+  for (const PageFormat rf : {PageFormat::kTq3, PageFormat::kTq4})
+    for (int d : {64, 128, 256}) {
+      for (int B : {16, 37, 832}) {  // 37: rows and metadata end inside a 16-byte block (padding)
+        const codec::PageGeometry g{B, 2, d};
+        const int layers = 3, jobs_n = 6;
+        cuda::DevicePagePool pool(g, jobs_n + 1);
+        const auto& FL = pool.layout(PageFormat::kFp8);
+        const auto& TL = pool.layout(rf);
+        const char* name = codec::to_string(rf);
+        const auto signs = cuda::upload_rotation_signs(layers, g.kv_heads, d, codec::kDefaultRotationSeed);
+        std::vector<cuda::ConvertJob> jobs;
+        std::vector<std::vector<uint8_t>> fp8_pages;
+        for (int j = 0; j < jobs_n; ++j) {
+          const int tokens = j == 0 ? B : 1 + static_cast<int>(rng() % B);
+          fp8_pages.push_back(random_fp8_page(rng, FL, tokens));
+          pool.upload(PageFormat::kFp8, static_cast<uint32_t>(j + 1), fp8_pages.back());
+          // Destination ids permuted, so a job never writes "its own" slot by accident.
+          jobs.push_back({static_cast<uint32_t>(j + 1), static_cast<uint32_t>(jobs_n - j),
+                          static_cast<uint32_t>(tokens), static_cast<uint32_t>(j % layers)});
+        }
+        cuda::DeviceArray<cuda::ConvertJob> dj(jobs.size());
+        cuda::check(cudaMemcpy(dj.get(), jobs.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
+        for (const codec::Tq3Policy pol :
+             {codec::Tq3Policy{}, codec::Tq3Policy{codec::NormCorrection::kPreserveNorm, codec::NormCorrection::kNone},
+              codec::Tq3Policy{codec::NormCorrection::kMinMse, codec::NormCorrection::kUnbiased}}) {
+          // Poison the destinations: the kernel must write every byte.
+          for (int j = 1; j <= jobs_n; ++j) cuda::check(cudaMemset(pool.page(rf, j), 0xa5, TL.bytes()), "poison");
+          if (rf == PageFormat::kTq3)
+            cuda::convert_fp8_to_tq3(pool.views(), g, signs.get(), dj.get(), jobs_n, pol, nullptr);
+          else
+            cuda::convert_fp8_to_tq4(pool.views(), g, signs.get(), dj.get(), jobs_n, pol, nullptr);
+          cuda::check(cudaDeviceSynchronize(), "convert");
+          for (const auto& job : jobs) {
+            std::vector<uint8_t> want(TL.bytes()), got(TL.bytes());
+            codec::convert_fp8_to_rotated(fp8_pages[job.src_page - 1], FL, want, TL, rotations_for(job.layer, g),
+                                          static_cast<int>(job.tokens), pol);
+            pool.download(rf, job.dst_page, got);
+            EXPECT_EQ(got, want) << "fp8->" << name << " d=" << d << " B=" << B << " job " << job.src_page;
+          }
+        }
+        // Promotion back: the rotated pages (just checked equal to the CPU's) -> FP8 pages.
+        std::vector<cuda::ConvertJob> back;
+        for (const auto& job : jobs) back.push_back({job.dst_page, job.src_page, job.tokens, job.layer});
+        cuda::check(cudaMemcpy(dj.get(), back.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
         for (int j = 1; j <= jobs_n; ++j)
-          cuda::check(cudaMemset(pool.page(PageFormat::kTq3, j), 0xa5, TL.bytes()), "poison");
-        cuda::convert_fp8_to_tq3(pool.views(), g, signs.get(), dj.get(), jobs_n, pol, nullptr);
-        cuda::check(cudaDeviceSynchronize(), "convert");
-        for (const auto& job : jobs) {
-          std::vector<uint8_t> want(TL.bytes()), got(TL.bytes());
-          codec::convert_fp8_to_tq3(fp8_pages[job.src_page - 1], FL, want, TL, rotations_for(job.layer, g),
-                                    static_cast<int>(job.tokens), pol);
-          pool.download(PageFormat::kTq3, job.dst_page, got);
-          EXPECT_EQ(got, want) << "fp8->tq3 d=" << d << " B=" << B << " job " << job.src_page;
+          cuda::check(cudaMemset(pool.page(PageFormat::kFp8, j), 0xa5, FL.bytes()), "poison");
+        if (rf == PageFormat::kTq3)
+          cuda::convert_tq3_to_fp8(pool.views(), g, signs.get(), dj.get(), jobs_n, nullptr);
+        else
+          cuda::convert_tq4_to_fp8(pool.views(), g, signs.get(), dj.get(), jobs_n, nullptr);
+        cuda::check(cudaDeviceSynchronize(), "promote");
+        for (const auto& job : back) {
+          std::vector<uint8_t> tq(TL.bytes()), want(FL.bytes()), got(FL.bytes());
+          pool.download(rf, job.src_page, tq);
+          codec::convert_rotated_to_fp8(tq, TL, want, FL, rotations_for(job.layer, g), static_cast<int>(job.tokens));
+          pool.download(PageFormat::kFp8, job.dst_page, got);
+          EXPECT_EQ(got, want) << name << "->fp8 d=" << d << " B=" << B << " job " << job.src_page;
         }
       }
-      // Promotion back: TQ3 pages (just checked equal to the CPU's) -> FP8 pages.
-      std::vector<cuda::ConvertJob> back;
-      for (const auto& job : jobs) back.push_back({job.dst_page, job.src_page, job.tokens, job.layer});
-      cuda::check(cudaMemcpy(dj.get(), back.data(), dj.bytes(), cudaMemcpyHostToDevice), "jobs");
-      for (int j = 1; j <= jobs_n; ++j)
-        cuda::check(cudaMemset(pool.page(PageFormat::kFp8, j), 0xa5, FL.bytes()), "poison");
-      cuda::convert_tq3_to_fp8(pool.views(), g, signs.get(), dj.get(), jobs_n, nullptr);
-      cuda::check(cudaDeviceSynchronize(), "promote");
-      for (const auto& job : back) {
-        std::vector<uint8_t> tq(TL.bytes()), want(FL.bytes()), got(FL.bytes());
-        pool.download(PageFormat::kTq3, job.src_page, tq);
-        codec::convert_tq3_to_fp8(tq, TL, want, FL, rotations_for(job.layer, g), static_cast<int>(job.tokens));
-        pool.download(PageFormat::kFp8, job.dst_page, got);
-        EXPECT_EQ(got, want) << "tq3->fp8 d=" << d << " B=" << B << " job " << job.src_page;
-      }
     }
-  }
 }
 
 // The fused conversion kernels (FP8 -> TQ3, then the promotion back) against the former per-vector

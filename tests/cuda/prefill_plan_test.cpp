@@ -196,10 +196,10 @@ TEST(PrefillPlan, BadInputsAreRefused) {
   auto null_page = pages;
   null_page[2].page_id = 0;
   bad({{0, 10, 190, null_page}}, shape);
-  auto tq4 = pages;  // no CUDA kernel reads TQ4 pages yet: refused, not left out of the softmax
-  tq4[1].format = PageFormat::kTq4;
-  bad({{0, 10, 190, tq4}}, shape);
-  const std::vector<std::vector<cuda::PageRef>> decode_seqs{tq4};
+  auto unknown = pages;  // a format no kernel reads: refused, not left out of the softmax
+  unknown[1].format = static_cast<PageFormat>(codec::kNumPageFormats);
+  bad({{0, 10, 190, unknown}}, shape);
+  const std::vector<std::vector<cuda::PageRef>> decode_seqs{unknown};
   EXPECT_THROW(cuda::make_decode_plan(decode_seqs, shape, 0, false), std::invalid_argument);
   auto too_many = pages;
   too_many[0].tokens = 65;

@@ -22,9 +22,11 @@ struct DecodeShape {
   float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
 };
 
-// Whether the CUDA attention kernels read pages of format f (every format but TQ4, whose kernels are
-// not written yet): the plans refuse the others rather than leave their pages out of the softmax.
-constexpr bool cuda_reads(codec::PageFormat f) { return f != codec::PageFormat::kTq4; }
+// Whether the CUDA attention kernels read pages of format f (every format of the table today): the
+// plans refuse any other rather than leave its pages out of the softmax.
+constexpr bool cuda_reads(codec::PageFormat f) {
+  return codec::format_index(f) < codec::kNumPageFormats;
+}
 
 // One page of one sequence, in logical order.
 struct PageRef {

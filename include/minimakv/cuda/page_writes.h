@@ -48,4 +48,11 @@ void convert_fp8_to_tq3_per_vector(const PoolViews& pools, const codec::PageGeom
 void convert_tq3_to_fp8_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                                    const ConvertJob* jobs, int n_jobs, cudaStream_t stream);
 
+// FP8 -> TQ4 and TQ4 -> FP8 (the TQ4 pool), the same bytes as codec::convert_fp8_to_tq4 / convert_tq4_to_fp8,
+// by the per-vector kernels (no fused TQ4 conversion yet).
+void convert_fp8_to_tq4(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                        const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream);
+void convert_tq4_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                        const ConvertJob* jobs, int n_jobs, cudaStream_t stream);
+
 }  // namespace minimakv::cuda
