@@ -130,6 +130,20 @@ __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int
   }
 }
 
+// The PV fragments of a rotated format from its level-pair lookup pair(ja, jb, e): the levels of dim
+// d + e of tokens t + 4 ja (low half) and t + 4 jb (high half) as one fp16x2 register.
+template <class Pair>
+__device__ inline void pv_from_pairs(const Pair& pair, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  a0[0] = pair(0, 1, 0);
+  a0[1] = pair(0, 1, 1);
+  a0[2] = pair(2, 3, 0);
+  a0[3] = pair(2, 3, 1);
+  a1[0] = pair(0, 1, 2);
+  a1[1] = pair(0, 1, 3);
+  a1[2] = pair(2, 3, 2);
+  a1[3] = pair(2, 3, 3);
+}
+
 // The PV fragments (A operand, V^T) of output dims d .. d + 3 (row blocks a0: d, d + 1 and a1: d + 2,
 // d + 3) for lane (g, t) over the 16 tokens of k-step kt: tokens t + 4 j at vrow + (16 kt + 4 j) stride.
 // Tokens at or past n are read as zero: a padding row may hold NaN codes (its P is 0).
@@ -143,14 +157,7 @@ __device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int
     auto pair = [&](int ja, int jb, int e) {
       return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
     };
-    a0[0] = pair(0, 1, 0);
-    a0[1] = pair(0, 1, 1);
-    a0[2] = pair(2, 3, 0);
-    a0[3] = pair(2, 3, 1);
-    a1[0] = pair(0, 1, 2);
-    a1[1] = pair(0, 1, 3);
-    a1[2] = pair(2, 3, 2);
-    a1[3] = pair(2, 3, 3);
+    pv_from_pairs(pair, a0, a1);
   } else if constexpr (F == codec::PageFormat::kTq4) {
     uint32_t c[4];  // dims d .. d + 3 of tokens t + 4 j: 16 bits each; finite levels, no padding mask
 #pragma unroll
@@ -158,14 +165,7 @@ __device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int
     auto pair = [&](int ja, int jb, int e) {
       return pairs[((c[ja] >> (4 * e)) & 15u) | (((c[jb] >> (4 * e)) & 15u) << 4)];
     };
-    a0[0] = pair(0, 1, 0);
-    a0[1] = pair(0, 1, 1);
-    a0[2] = pair(2, 3, 0);
-    a0[3] = pair(2, 3, 1);
-    a1[0] = pair(0, 1, 2);
-    a1[1] = pair(0, 1, 3);
-    a1[2] = pair(2, 3, 2);
-    a1[3] = pair(2, 3, 3);
+    pv_from_pairs(pair, a0, a1);
   } else if constexpr (F == codec::PageFormat::kFp8) {
     uint32_t w[4];
 #pragma unroll
