@@ -96,7 +96,7 @@ void decode_vec(const uint8_t* page, const PageLayout& L, size_t code_off, size_
       tq3_decode({page + code_off, tq3_packed_bytes(d)}, load<uint16_t>(page + meta_off), *rot, {out, n});
       break;
     case PageFormat::kTq4:
-      tq4_decode({page + code_off, tq4_packed_bytes(d)}, load<uint16_t>(page + meta_off), *rot, {out, n});
+      Tq4Codec::decode({page + code_off, tq4_packed_bytes(d)}, load<uint16_t>(page + meta_off), *rot, {out, n});
       break;
   }
 }

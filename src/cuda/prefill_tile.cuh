@@ -339,49 +339,40 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
           out(2 * i) = make_uint4(h[0], h[1], h[2], h[3]);
           out(2 * i + 1) = make_uint4(h[4], h[5], h[6], h[7]);
         }
-      } else if constexpr (F == codec::PageFormat::kTq4) {
-        // TQ4: a byte is two codes (the low nibble first), one table word; 8 elements are 4 bytes.
-        const __half alpha = __half(__half_raw{static_cast<uint16_t>(meta >> (16 * (k.tok & 1)))});
-        kscale = __half2float(alpha);
-        const __half2 a2 = __half2half2(alpha);
-#pragma unroll
-        for (int gi = 0; gi < T::kPieceElems / 8; ++gi) {
-          const uint32_t bits = reinterpret_cast<const uint32_t*>(raw)[gi];
-          uint32_t h[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            h[q] = table[(bits >> (8 * q)) & 255u];
-            if (is_v) {
-              const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[q]), a2);
-              h[q] = *reinterpret_cast<const uint32_t*>(&v);
-            }
-          }
-          out(gi) = make_uint4(h[0], h[1], h[2], h[3]);
-        }
       } else {
-        // TQ3: groups of eight 3-bit codes, 24 bits each, little-endian across the piece's words.
+        // TQ3, TQ4: each 8 elements' codes map pairwise through the level-pair table (6 or 8 bits a
+        // pair, the low code first); V rows are scaled by alpha.
         const __half alpha = __half(__half_raw{static_cast<uint16_t>(meta >> (16 * (k.tok & 1)))});
         kscale = __half2float(alpha);
         const __half2 a2 = __half2half2(alpha);
-        constexpr int kWords = T::kPieceBytes / 4;
-        uint32_t w[kWords + 1];
-#pragma unroll
-        for (int i = 0; i < kWords; ++i) w[i] = reinterpret_cast<const uint32_t*>(raw)[i];
-        w[kWords] = 0;
-#pragma unroll
-        for (int gi = 0; gi < T::kPieceElems / 8; ++gi) {
-          const int bit = 24 * gi, wi = bit / 32, sh = bit % 32;
-          const uint32_t bits = (sh <= 8 ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[wi + 1], sh)) & 0xffffffu;
+        auto emit = [&](int gi, uint32_t bits, int pair_bits) {
           uint32_t h[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            h[q] = table[(bits >> (6 * q)) & 63u];
+            h[q] = table[(bits >> (pair_bits * q)) & ((1u << pair_bits) - 1u)];
             if (is_v) {
               const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[q]), a2);
               h[q] = *reinterpret_cast<const uint32_t*>(&v);
             }
           }
           out(gi) = make_uint4(h[0], h[1], h[2], h[3]);
+        };
+        if constexpr (F == codec::PageFormat::kTq4) {
+          // A byte is two codes; 8 elements are one 32-bit word.
+#pragma unroll
+          for (int gi = 0; gi < T::kPieceElems / 8; ++gi) emit(gi, reinterpret_cast<const uint32_t*>(raw)[gi], 8);
+        } else {
+          // Groups of eight 3-bit codes, 24 bits each, little-endian across the piece's words.
+          constexpr int kWords = T::kPieceBytes / 4;
+          uint32_t w[kWords + 1];
+#pragma unroll
+          for (int i = 0; i < kWords; ++i) w[i] = reinterpret_cast<const uint32_t*>(raw)[i];
+          w[kWords] = 0;
+#pragma unroll
+          for (int gi = 0; gi < T::kPieceElems / 8; ++gi) {
+            const int bit = 24 * gi, wi = bit / 32, sh = bit % 32;
+            emit(gi, (sh <= 8 ? (w[wi] >> sh) : __funnelshift_r(w[wi], w[wi + 1], sh)) & 0xffffffu, 6);
+          }
         }
       }
     }

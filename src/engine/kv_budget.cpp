@@ -129,14 +129,14 @@ cache::StoreConfig KvBudget::pools_for_memory(size_t envelope, size_t reference_
     if (stale(f)) stale_logical += req[f];
   stale_logical /= converted_layers;
   const size_t drift = std::min(stale_logical, ceil_div(static_cast<size_t>(kv_.checkpoint_interval), page_));
-  double f8 = 0.0, stale_bytes = 0.0;
+  double stale_bytes = 0.0;
   for (size_t f = 0; f < req.size(); ++f) {
     if (!stale(f)) continue;
     req[idx(hi)] += drift * stale_layers_[f];
     req[f] -= drift * stale_layers_[f];
     stale_bytes += static_cast<double>(req[f] * page_bytes_[f]);
   }
-  f8 = static_cast<double>(req[idx(hi)] * b8);
+  const double f8 = static_cast<double>(req[idx(hi)] * b8);
   const double rest = static_cast<double>(envelope - head * b8);
   size_t& fp8_pages = s.pages_of(hi);
   fp8_pages = std::max(one[idx(hi)], head + static_cast<size_t>(rest * f8 / std::max(1.0, f8 + stale_bytes)) / b8);

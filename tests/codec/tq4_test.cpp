@@ -62,8 +62,8 @@ TEST(Tq4, KeysOnGaussianMeetLloydMaxBound) {
     for (int rep = 0; rep < 4000; ++rep) {
       for (auto& v : x) v = g(rng);
       testing::poison(std::span<float>(y));
-      const uint16_t a = tq4_encode(x, rot, scratch, packed, NormCorrection::kMinMse);
-      tq4_decode(packed, a, rot, y);
+      const uint16_t a = Tq4Codec::encode(x, rot, scratch, packed, NormCorrection::kMinMse);
+      Tq4Codec::decode(packed, a, rot, y);
       for (int i = 0; i < d; ++i) {
         err += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
         energy += x[i] * static_cast<double>(x[i]);
@@ -84,16 +84,16 @@ TEST(Tq4, DotOnCodesEqualsDotOnDecodedVectorAndUnbiasedAlongY) {
     for (int rep = 0; rep < 200; ++rep) {
       for (auto& v : y) v = g(rng);
       for (auto& v : q) v = g(rng);
-      const uint16_t a = tq4_encode_rotated(y, packed, NormCorrection::kUnbiased);
+      const uint16_t a = Tq4Codec::encode_rotated(y, packed, NormCorrection::kUnbiased);
       testing::poison(std::span<float>(yhat));
-      tq4_decode_rotated(packed, a, yhat);
+      Tq4Codec::decode_rotated(packed, a, yhat);
       double ref = 0, yy = 0, yyh = 0;
       for (int i = 0; i < d; ++i) {
         ref += static_cast<double>(q[i]) * yhat[i];
         yy += static_cast<double>(y[i]) * y[i];
         yyh += static_cast<double>(y[i]) * yhat[i];
       }
-      EXPECT_NEAR(tq4_dot_rotated(q, packed, a), ref, 1e-4 * (1 + std::fabs(ref)));
+      EXPECT_NEAR(Tq4Codec::dot_rotated(q, packed, a), ref, 1e-4 * (1 + std::fabs(ref)));
       EXPECT_NEAR(yyh / yy, 1.0, 1e-3);  // fp16 alpha: relative 2^-11
     }
   }
@@ -109,7 +109,7 @@ TEST(Tq4, CodesMatchFp64ReferenceAwayFromThresholds) {
     std::vector<uint8_t> packed(tq4_packed_bytes(d)), codes(d);
     for (int rep = 0; rep < 500; ++rep) {
       for (auto& v : y) v = g(rng) * 3.0f;
-      tq4_encode_rotated(y, packed, NormCorrection::kMinMse);
+      Tq4Codec::encode_rotated(y, packed, NormCorrection::kMinMse);
       Tq4Book::unpack(packed.data(), d, codes.data());
       double nn = 0;
       for (float v : y) nn += static_cast<double>(v) * v;
@@ -135,30 +135,30 @@ TEST(Tq4, ZeroAndNonFiniteVectors) {
   std::vector<float> y(d, 0.0f), out(d);
   std::vector<uint8_t> packed(tq4_packed_bytes(d));
   EncodeStats st;
-  uint16_t a = tq4_encode_rotated(y, packed, NormCorrection::kUnbiased, &st);
+  uint16_t a = Tq4Codec::encode_rotated(y, packed, NormCorrection::kUnbiased, &st);
   EXPECT_EQ(a, 0);
-  tq4_decode_rotated(packed, a, out);
+  Tq4Codec::decode_rotated(packed, a, out);
   for (float v : out) EXPECT_EQ(v, 0.0f);
   y[3] = -std::numeric_limits<float>::infinity();
-  a = tq4_encode_rotated(y, packed, NormCorrection::kMinMse, &st);
+  a = Tq4Codec::encode_rotated(y, packed, NormCorrection::kMinMse, &st);
   EXPECT_EQ(a, kHalfNaN);
-  tq4_decode_rotated(packed, a, out);
+  Tq4Codec::decode_rotated(packed, a, out);
   for (float v : out) EXPECT_TRUE(std::isnan(v));
   EXPECT_EQ(st.vectors, 2u);
   EXPECT_EQ(st.nonfinite_elements, 1u);
   std::fill(y.begin(), y.end(), 1e30f);  // huge but finite: alpha saturates instead of overflowing
-  EXPECT_EQ(half_to_float(tq4_encode_rotated(y, packed, NormCorrection::kNone)), kHalfMax);
+  EXPECT_EQ(half_to_float(Tq4Codec::encode_rotated(y, packed, NormCorrection::kNone)), kHalfMax);
 }
 
 TEST(Tq4, RejectsBadSizes) {
   std::vector<float> y(128, 1.0f), out(128);
   std::vector<uint8_t> small(63, 0xa5), p48(48);
-  EXPECT_THROW(tq4_encode_rotated(y, small, NormCorrection::kUnbiased), std::invalid_argument);
+  EXPECT_THROW(Tq4Codec::encode_rotated(y, small, NormCorrection::kUnbiased), std::invalid_argument);
   for (auto b : small) EXPECT_EQ(b, 0xa5);
-  EXPECT_THROW(tq4_decode_rotated(p48, 0, out), std::invalid_argument);  // TQ3's size for d = 128
+  EXPECT_THROW(Tq4Codec::decode_rotated(p48, 0, out), std::invalid_argument);  // TQ3's size for d = 128
   std::vector<float> y96(96, 1.0f);
   std::vector<uint8_t> p(48);
-  EXPECT_THROW(tq4_encode_rotated(y96, p, NormCorrection::kUnbiased), std::invalid_argument);
+  EXPECT_THROW(Tq4Codec::encode_rotated(y96, p, NormCorrection::kUnbiased), std::invalid_argument);
 }
 
 }  // namespace

@@ -121,12 +121,12 @@ template <class Book>
 struct RotatedCodec {
   // Encodes an already rotated vector.
   static uint16_t encode_rotated(std::span<const float> y, std::span<uint8_t> packed, NormCorrection corr,
-                                 EncodeStats* stats);
+                                 EncodeStats* stats = nullptr);
   // y^ in the rotated domain.
   static void decode_rotated(std::span<const uint8_t> packed, uint16_t alpha, std::span<float> y_out);
   // Rotates x (into scratch, d floats) and encodes it.
   static uint16_t encode(std::span<const float> x, const Rotation& rot, std::span<float> scratch,
-                         std::span<uint8_t> packed, NormCorrection corr, EncodeStats* stats);
+                         std::span<uint8_t> packed, NormCorrection corr, EncodeStats* stats = nullptr);
   // Decodes and rotates back to the original domain.
   static void decode(std::span<const uint8_t> packed, uint16_t alpha, const Rotation& rot, std::span<float> out);
   // <q_rot, y^> computed directly on the codes: alpha * sum_i q_rot[i] * level(code_i).

@@ -69,30 +69,8 @@ struct Tq4Book {
   }
 };
 
-// Reference encoder of one rotated vector (d <= 256): d/2 packed bytes, alpha as fp16 bits.
-MINIMAKV_HD inline uint16_t tq4_encode_rotated_ref(const float* y, int d, uint8_t* packed, NormCorrection corr,
-                                                   bool* nonfinite) {
-  return rotated_encode_ref<Tq4Book>(y, d, packed, corr, nonfinite);
-}
-
-// ---- host API over spans (rotated_code.h's RotatedCodec; size mismatches throw std::invalid_argument)
-
-inline uint16_t tq4_encode_rotated(std::span<const float> y, std::span<uint8_t> packed, NormCorrection corr,
-                                   EncodeStats* stats = nullptr) {
-  return RotatedCodec<Tq4Book>::encode_rotated(y, packed, corr, stats);
-}
-inline void tq4_decode_rotated(std::span<const uint8_t> packed, uint16_t alpha, std::span<float> y_out) {
-  RotatedCodec<Tq4Book>::decode_rotated(packed, alpha, y_out);
-}
-inline uint16_t tq4_encode(std::span<const float> x, const Rotation& rot, std::span<float> scratch,
-                           std::span<uint8_t> packed, NormCorrection corr, EncodeStats* stats = nullptr) {
-  return RotatedCodec<Tq4Book>::encode(x, rot, scratch, packed, corr, stats);
-}
-inline void tq4_decode(std::span<const uint8_t> packed, uint16_t alpha, const Rotation& rot, std::span<float> out) {
-  RotatedCodec<Tq4Book>::decode(packed, alpha, rot, out);
-}
-inline float tq4_dot_rotated(std::span<const float> q_rot, std::span<const uint8_t> packed, uint16_t alpha) {
-  return RotatedCodec<Tq4Book>::dot_rotated(q_rot, packed, alpha);
-}
+// The span API (encode_rotated, decode_rotated, encode, decode, dot_rotated; size mismatches throw
+// std::invalid_argument) and the bit-exact reference encoder are rotated_code.h's for this codebook.
+using Tq4Codec = RotatedCodec<Tq4Book>;
 
 }  // namespace minimakv::codec
