@@ -8,8 +8,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <span>
+#include <string>
+#include <vector>
 
 namespace minimakv::testing {
 
@@ -38,6 +42,29 @@ inline void poison(std::span<float> x) {
 inline void poison(std::span<uint8_t> x) {
   for (auto& v : x) v = 0xa5;
 }
+
+// A fresh directory under the system's temporary directory, removed with everything in it at scope end.
+class TempDir {
+ public:
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("minimakv-test-" + std::to_string(test_seed()) + "-" + std::to_string(counter_++))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path_.string(); }
+  void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    std::ofstream(path_ / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path_ / name) << text; }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
 
 }  // namespace minimakv::testing
 

@@ -141,6 +141,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
 int run_generate(GenerateCmdOptions opt) {
   // Everything a request can get wrong is checked before the model is loaded.
   opt.gen.mode = cache::parse_kv_mode(opt.kv);
+  if (!opt.tq4_layers.empty()) opt.gen.tq4_layers = engine::parse_tq4_layers(opt.tq4_layers);
   if (opt.prompt_given == !opt.prompt_file.empty())
     throw std::invalid_argument("generate: give exactly one of --prompt and --prompt-file");
   if (opt.prompt_given && opt.prompt.empty()) throw std::invalid_argument("generate: --prompt is empty");
@@ -211,11 +212,12 @@ int run_generate(GenerateCmdOptions opt) {
       if (done == total) fmt::print(stderr, "\n");
     };
   }
-  for (const auto* list : {&opt.gen.protected_layers, &opt.gen.tq4_layers})
+  const std::vector<int> tq4 = opt.gen.tq4_layers.value_or(std::vector<int>{});
+  for (const std::vector<int>* list : std::initializer_list<const std::vector<int>*>{&opt.gen.protected_layers, &tq4})
     for (int l : *list)
       if (l < 0 || l >= model->config().num_hidden_layers)
-        throw std::invalid_argument(std::string("generate: ") + (list == &opt.gen.tq4_layers ? "TQ4" : "protected") +
-                                    " layer " + std::to_string(l) + " out of range");
+        throw std::invalid_argument(std::string("generate: ") + (list == &tq4 ? "TQ4" : "protected") + " layer " +
+                                    std::to_string(l) + " out of range");
   std::string streamed;
   const auto r = engine::generate(*model, ids, opt.gen, [&](int32_t t) {
     if (opt.json) return;
@@ -306,8 +308,10 @@ const Registration kCommand(
            ->check(CLI::Range(0, 1 << 20));
        sub.add_option("--protected-layers", opt->gen.protected_layers, "layers kept FP8 in every tier (minima)")
            ->check(CLI::Range(0, 1 << 18));
-       sub.add_option("--tq4-layers", opt->gen.tq4_layers, "layers whose Stale pages are TQ4 instead of TQ3 (minima)")
-           ->check(CLI::Range(0, 1 << 18));
+       sub.add_option("--tq4-layers", opt->tq4_layers,
+                      "layers whose Stale pages are TQ4 instead of TQ3 (minima), or 'none'; default: the model's "
+                      "kv_profile.json (minimakv calibrate)")
+           ->delimiter(',');
        sub.add_option("--temperature", opt->gen.temperature, "0 for greedy")
            ->check(finite())
            ->check(CLI::Range(0.0, 100.0));

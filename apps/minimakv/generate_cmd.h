@@ -22,6 +22,7 @@ struct GenerateCmdOptions {
   bool ignore_eos = false;     // benchmarks: always generate max_new_tokens
   bool prompt_logits = false;  // include the logits after the prompt in the JSON (parity checks)
   engine::GenerateOptions gen;
+  std::vector<std::string> tq4_layers;  // --tq4-layers: layers, or "none"; unset: the model's KV profile
   bool prefill_chunk_given = false;  // --prefill-chunk was on the command line; else the engine picks it
   std::string weights = "auto";      // auto | bf16 | fp32 (engine::LoadOptions::Weights)
   bool dummy_weights = false;        // --model names a directory with config.json alone

@@ -84,7 +84,7 @@ cache::StoreConfig KvBudget::base() const {
   s.tokens_per_page = kv_.tokens_per_page;
   s.mode = kv_.mode;
   s.protected_layers = kv_.protected_layers;
-  s.tq4_layers = kv_.tq4_layers;
+  s.tq4_layers = tq4_layers_for(cfg_, kv_);
   return s;
 }
 

@@ -111,7 +111,7 @@ cache::StoreConfig store_config_for(const model::ModelConfig& cfg, const KvOptio
   s.tokens_per_page = kv.tokens_per_page;
   s.mode = kv.mode;
   s.protected_layers = kv.protected_layers;
-  s.tq4_layers = kv.tq4_layers;
+  s.tq4_layers = tq4_layers_for(cfg, kv);
   const size_t per_layer = max_tokens / static_cast<size_t>(kv.tokens_per_page) + 2;
   s.pages_of(cache::append_format(kv.mode)) = per_layer * static_cast<size_t>(s.layers);
   if (cache::retiers(kv.mode))

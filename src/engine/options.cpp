@@ -1,6 +1,7 @@
 #include "minimakv/engine/options.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -27,11 +28,33 @@ void validate(const KvOptions& opt) {
   if (!std::isfinite(floor)) bad("min_anchor_score must be finite");
   for (int l : opt.protected_layers)
     if (l < 0) bad("protected layer " + std::to_string(l) + " is negative");
-  for (int l : opt.tq4_layers) {
+  for (int l : opt.tq4_layers.value_or(std::vector<int>{})) {
     if (l < 0) bad("TQ4 layer " + std::to_string(l) + " is negative");
     if (std::find(opt.protected_layers.begin(), opt.protected_layers.end(), l) != opt.protected_layers.end())
       bad("layer " + std::to_string(l) + " is both protected and a TQ4 layer");
   }
+}
+
+std::vector<int> tq4_layers_for(const model::ModelConfig& cfg, const KvOptions& kv) {
+  if (kv.tq4_layers) return *kv.tq4_layers;
+  std::vector<int> out;
+  for (int l : cfg.profile_tq4_layers)
+    if (std::find(kv.protected_layers.begin(), kv.protected_layers.end(), l) == kv.protected_layers.end())
+      out.push_back(l);
+  return out;
+}
+
+std::vector<int> parse_tq4_layers(const std::vector<std::string>& pieces) {
+  if (pieces.size() == 1 && pieces[0] == "none") return {};
+  std::vector<int> out;
+  for (const std::string& p : pieces) {
+    int l = -1;
+    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), l);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || l < 0)
+      bad("TQ4 layers are layer numbers or 'none', got '" + p + "'");
+    out.push_back(l);
+  }
+  return out;
 }
 
 void validate(const SamplingParams& opt) {

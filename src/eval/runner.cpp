@@ -24,10 +24,16 @@ std::string ArmSpec::describe() const {
       s += (i ? ", " : " ") + std::to_string(opt.protected_layers[i]);
     s += " kept in FP8";
   }
-  if (!opt.tq4_layers.empty()) {
-    s += "; Stale pages of layers";
-    for (size_t i = 0; i < opt.tq4_layers.size(); ++i) s += (i ? ", " : " ") + std::to_string(opt.tq4_layers[i]);
-    s += " in TQ4";
+  if (cache::retiers(opt.mode)) {
+    if (!opt.tq4_layers) {
+      s += "; Stale pages in TQ4 in the layers of the model's KV profile, if it has one";
+    } else if (!opt.tq4_layers->empty()) {
+      s += "; Stale pages of layers";
+      for (size_t i = 0; i < opt.tq4_layers->size(); ++i) s += (i ? ", " : " ") + std::to_string((*opt.tq4_layers)[i]);
+      s += " in TQ4";
+    } else {
+      s += "; Stale pages in TQ3 in every layer";
+    }
   }
   if (prefix_reuse) s += "; document cached by a first request, question asked through the prefix cache";
   return s;
@@ -67,7 +73,7 @@ std::vector<std::string_view> arm_pieces(std::string_view name, std::string_view
 
 // The modifiers after the base name: @recent=W, @sinks=S, @anchors=A (scored Anchor pages; 0 turns
 // scoring off), @protect=L+L+... (layers whose pages stay FP8 in every tier), @tq4=L+L+... (layers
-// whose Stale pages are TQ4).
+// whose Stale pages are TQ4; @tq4=none: TQ3 in every layer, whatever the model's KV profile says).
 void apply_modifiers(ArmSpec& a, std::string_view name, std::string_view mods) {
   if (!cache::retiers(a.opt.mode)) bad_arm(name, "modifiers apply to minima arms only");
   for (const std::string_view m : arm_pieces(name, mods, '@', "modifier")) {
@@ -82,11 +88,16 @@ void apply_modifiers(ArmSpec& a, std::string_view name, std::string_view mods) {
     } else if (key == "anchors") {
       c.anchor_budget = arm_count(name, key, v, 0);
       c.scoring = c.anchor_budget > 0;
+    } else if (key == "tq4" && v == "none") {
+      a.opt.tq4_layers = std::vector<int>{};
     } else if (key == "protect" || key == "tq4") {
-      auto& layers = key == "protect" ? a.opt.protected_layers : a.opt.tq4_layers;
-      layers.clear();
+      std::vector<int> layers;
       for (const std::string_view layer : arm_pieces(name, v, '+', key == "protect" ? "protect layer" : "tq4 layer"))
         layers.push_back(static_cast<int>(arm_count(name, key, layer, 0)));
+      if (key == "protect")
+        a.opt.protected_layers = std::move(layers);
+      else
+        a.opt.tq4_layers = std::move(layers);
     } else {
       bad_arm(name, "unknown modifier '" + std::string(key) + "' (recent, sinks, anchors, protect, tq4)");
     }
@@ -125,7 +136,7 @@ ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk) {
     std::string known;
     for (const auto& k : known_arms()) known += (known.empty() ? "" : ", ") + k;
     throw std::invalid_argument("unknown arm '" + std::string(name) + "' (arms: " + known +
-                                "; minima arms take @recent=W, @sinks=S, @anchors=A, @protect=L+L, @tq4=L+L)");
+                                "; minima arms take @recent=W, @sinks=S, @anchors=A, @protect=L+L, @tq4=L+L or none)");
   }
   if (at != std::string_view::npos) apply_modifiers(a, name, name.substr(at + 1));
   return a;

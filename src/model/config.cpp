@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "minimakv/model/kv_profile.h"
+
 namespace minimakv::model {
 
 namespace {
@@ -155,7 +157,9 @@ ModelConfig load_config(const std::string& dir) {
   if (!in) throw ConfigError(path + ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+  ModelConfig cfg = parse_config(ss.str(), path);
+  if (const auto profile = load_kv_profile(dir, cfg.num_hidden_layers)) cfg.profile_tq4_layers = profile->tq4_layers;
+  return cfg;
 }
 
 }  // namespace minimakv::model

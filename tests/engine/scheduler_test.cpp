@@ -120,7 +120,7 @@ Scenario random_scenario(std::mt19937_64& rng, const TokenHashNetwork& net, size
   if (pick(0, 2) == 0) kv.protected_layers = {pick(0, layers - 1)};
   if (pick(0, 2) == 0) {  // a TQ4 layer other than the protected one
     const int l = pick(0, layers - 1);
-    if (kv.protected_layers.empty() || kv.protected_layers[0] != l) kv.tq4_layers = {l};
+    if (kv.protected_layers.empty() || kv.protected_layers[0] != l) kv.tq4_layers = std::vector<int>{l};
   }
   sc.so.kv = kv;
   sc.so.admission = pick(0, 1) ? Admission::kPreempt : Admission::kReserve;
@@ -352,8 +352,10 @@ TEST(KvBudget, SettledPagesMatchARealStore) {
     o.controller.recent_window = 1 + static_cast<uint32_t>(rng() % 4);
     o.controller.sink_pages = static_cast<uint32_t>(rng() % 2);
     if (rng() % 2) o.protected_layers = {static_cast<int>(rng() % 3)};
+    std::vector<int> tq4;
     for (int l = 0; l < 3; ++l)  // some other layers' Stale pages in TQ4
-      if (rng() % 3 == 0 && (o.protected_layers.empty() || o.protected_layers[0] != l)) o.tq4_layers.push_back(l);
+      if (rng() % 3 == 0 && (o.protected_layers.empty() || o.protected_layers[0] != l)) tq4.push_back(l);
+    o.tq4_layers = tq4;
     const size_t T = 1 + rng() % 300;
     const auto a = hold_one_request(cfg, o, T);
     const auto want = KvBudget(cfg, o).settled(T);

@@ -87,7 +87,7 @@ TEST(EvalRunner, ArmModifiersSetTheControllerAndProtectedLayers) {
     EXPECT_THROW(make_arm(bad, 64, 512), std::invalid_argument) << bad;
   // A protected layer's Stale pages stay FP8: the same Recent and Anchor bytes, more Stale bytes, by
   // exactly one layer's Stale pages at FP8 instead of TQ3.
-  const auto mem = project_memory(model(), {"minima", "minima@protect=0"}, {3000}, 64, 512);
+  const auto mem = project_memory(model(), {"minima@tq4=none", "minima@tq4=none@protect=0"}, {3000}, 64, 512);
   ASSERT_EQ(mem.size(), 2u);
   EXPECT_EQ(mem[1].kv.recent + mem[1].kv.anchor, mem[0].kv.recent + mem[0].kv.anchor);
   const auto& c = model().config();
@@ -100,8 +100,10 @@ TEST(EvalRunner, ArmModifiersSetTheControllerAndProtectedLayers) {
   // TQ4 layers: their Stale pages cost a TQ4 page instead of a TQ3 one, nothing else changes.
   const auto t4 = make_arm("minima@tq4=0+1", 64, 512);
   EXPECT_EQ(t4.opt.tq4_layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(make_arm("minima@tq4=none", 64, 512).opt.tq4_layers, std::vector<int>{});
+  EXPECT_FALSE(make_arm("minima", 64, 512).opt.tq4_layers.has_value()) << "the model's profile decides";
   EXPECT_NE(t4.describe().find("layers 0, 1 in TQ4"), std::string::npos) << t4.describe();
-  const auto mem4 = project_memory(model(), {"minima", "minima@tq4=0+1"}, {3000}, 64, 512);
+  const auto mem4 = project_memory(model(), {"minima@tq4=none", "minima@tq4=0+1"}, {3000}, 64, 512);
   const size_t tq4 = codec::PageLayout(codec::PageFormat::kTq4, g).bytes();
   EXPECT_EQ(mem4[1].kv.recent + mem4[1].kv.anchor, mem4[0].kv.recent + mem4[0].kv.anchor);
   EXPECT_EQ(mem4[1].kv.stale, mem4[0].kv.stale + 2 * stale_pages_per_layer * (tq4 - tq3));
@@ -115,8 +117,9 @@ TEST(EvalRunner, MemoryProjectionIsWholePagesOfEachFormat) {
   const size_t tq3 = codec::PageLayout(codec::PageFormat::kTq3, g).bytes();
   const size_t L = static_cast<size_t>(c.num_hidden_layers);
   const size_t T = 5000, pages = (T + 63) / 64;
-  const auto mem = project_memory(model(), {"bf16", "fp8", "minima", "minima-aggr"}, {T}, 64, 512);
-  ASSERT_EQ(mem.size(), 4u);
+  const auto mem =
+      project_memory(model(), {"bf16", "fp8", "minima@tq4=none", "minima-aggr@tq4=none", "minima"}, {T}, 64, 512);
+  ASSERT_EQ(mem.size(), 5u);
   EXPECT_EQ(mem[0].kv.recent + mem[0].kv.anchor + mem[0].kv.stale, L * pages * bf16);
   EXPECT_EQ(mem[1].kv.recent + mem[1].kv.anchor + mem[1].kv.stale, L * pages * fp8);
   for (int i : {2, 3}) {
@@ -128,6 +131,11 @@ TEST(EvalRunner, MemoryProjectionIsWholePagesOfEachFormat) {
     EXPECT_EQ(k.live_tokens, T);
   }
   EXPECT_LT(mem[3].kv.bytes_per_token, mem[2].kv.bytes_per_token) << "a smaller Recent window keeps fewer FP8 pages";
+  // The default minima arm follows the model's KV profile: its TQ4 layers' Stale pages are TQ4 pages.
+  const size_t tq4 = codec::PageLayout(codec::PageFormat::kTq4, g).bytes();
+  const size_t P = c.profile_tq4_layers.size(), stale_pages = mem[2].kv.stale / (L * tq3);
+  EXPECT_EQ(mem[4].kv.recent + mem[4].kv.anchor, mem[2].kv.recent + mem[2].kv.anchor);
+  EXPECT_EQ(mem[4].kv.stale, stale_pages * ((L - P) * tq3 + P * tq4));
   EXPECT_GT(mem[0].kv.bytes_per_token / mem[2].kv.bytes_per_token, 3.5);
 }
 

@@ -115,25 +115,7 @@ TEST(Safetensors, FuzzedHeadersNeverCrash) {
   }
 }
 
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("minimakv-test-" + std::to_string(testing::test_seed()) + "-" + std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  void write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    std::ofstream(path_ / name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-  void write(const std::string& name, const std::string& text) const { std::ofstream(path_ / name) << text; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using testing::TempDir;
 
 TEST(Checkpoint, ShardedIndexAndValues) {
   TempDir dir;

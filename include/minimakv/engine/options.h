@@ -7,11 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "minimakv/cache/types.h"
+#include "minimakv/model/config.h"
 #include "minimakv/policy/tier_controller.h"
 
 namespace minimakv::engine {
@@ -25,8 +28,18 @@ struct KvOptions {
   int checkpoint_interval = 64;  // decode tokens between retier checkpoints (0: none while decoding)
   policy::ControllerConfig controller{};
   std::vector<int> protected_layers;  // layers whose pages stay FP8 in every tier (minima)
-  std::vector<int> tq4_layers;        // layers whose Stale pages are TQ4 instead of TQ3 (minima)
+  // Layers whose Stale pages are TQ4 instead of TQ3 (minima). nullopt: the model's calibrated profile
+  // (ModelConfig::profile_tq4_layers, TQ3 everywhere without one); an empty list: TQ3 everywhere.
+  std::optional<std::vector<int>> tq4_layers;
 };
+
+// The TQ4 layers a store of this model and these options uses: the options' own list, else the model's
+// profile less any protected layer (protection keeps a layer in FP8 and wins over the profile).
+std::vector<int> tq4_layers_for(const model::ModelConfig& cfg, const KvOptions& kv);
+
+// A TQ4 layer list as users write it (--tq4-layers 0,6 or none): "none" alone is the empty list (TQ3
+// everywhere); otherwise every piece is a layer number. Throws std::invalid_argument on anything else.
+std::vector<int> parse_tq4_layers(const std::vector<std::string>& pieces);
 
 // One request's decoding.
 struct SamplingParams {

@@ -29,8 +29,9 @@ struct ArmSpec {
 // (plus 4 Anchor pages chosen by attention scores), minima-aggr (1 Recent page + 1 sink, no anchors),
 // minima-reuse (minima, the document served from the prefix cache). A minima arm's name may carry
 // modifiers: minima@recent=8, minima@sinks=2, minima-scored@anchors=8, minima@protect=0+7 (layers kept in
-// FP8), combined as minima@recent=8@protect=0. Throws std::invalid_argument on an unknown name or
-// modifier, a malformed value, or modifiers on bf16 or fp8.
+// FP8), minima@tq4=0+6 (layers whose Stale pages are TQ4; without it, the model's KV profile decides;
+// minima@tq4=none: TQ3 everywhere), combined as minima@recent=8@protect=0. Throws std::invalid_argument on an unknown
+// name or modifier, a malformed value, or modifiers on bf16 or fp8.
 ArmSpec make_arm(std::string_view name, int page_size, int prefill_chunk);
 std::vector<std::string> known_arms();
 

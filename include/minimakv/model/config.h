@@ -5,6 +5,7 @@
 // rope_theta is read at the top level or under rope_parameters; Llama-3 rope scaling
 // (rope_type "llama3") is recognised; eos_token_id may be a number or a list. Unknown architectures,
 // missing required fields and inconsistent shapes throw ConfigError naming the file and the field.
+// load_config also reads the directory's calibrated KV profile (model/kv_profile.h) when it has one.
 #pragma once
 
 #include <cstdint>
@@ -37,9 +38,12 @@ struct ModelConfig {
   bool qk_norm = false;  // Qwen3: RMSNorm on q and k per head before RoPE
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;
+  // kv_profile.json's TQ4 layers (ascending): the layers whose Stale pages minima keeps in TQ4 unless
+  // the KV options name others. Empty without a profile.
+  std::vector<int> profile_tq4_layers;
 };
 
 ModelConfig parse_config(const std::string& json_text, const std::string& file);
-ModelConfig load_config(const std::string& dir);  // dir/config.json
+ModelConfig load_config(const std::string& dir);  // dir/config.json (and dir/kv_profile.json if present)
 
 }  // namespace minimakv::model
