@@ -59,6 +59,13 @@ def main():
             if f != "config.json":
                 os.symlink(os.path.join(MODEL, f), os.path.join(bad_model, f))
         config = json.load(open(os.path.join(MODEL, "config.json")))
+        bad_profile_model = os.path.join(tmp, "bad-profile-model")
+        os.makedirs(bad_profile_model)
+        for f in os.listdir(MODEL):
+            if f != "kv_profile.json":
+                os.symlink(os.path.join(MODEL, f), os.path.join(bad_profile_model, f))
+        with open(os.path.join(bad_profile_model, "kv_profile.json"), "w") as f:
+            f.write('{"version": 1, "tq4_layers": [0, 8]}')
 
         def with_config(**edits):  # written just before its case runs
             def write():
@@ -77,6 +84,13 @@ def main():
             (["generate", "--prompt", "hi", "--recent-window", "0"], "--recent-window"),
             (["generate", "--prompt", "hi", "--protected-layers", "-1"], "--protected-layers"),
             (["generate", "--prompt", "hi", "--protected-layers", "999"], "protected layer 999"),
+            (["generate", "--prompt", "hi", "--tq4-layers", "x"], "TQ4 layers are layer numbers or 'none'"),
+            (["generate", "--prompt", "hi", "--tq4-layers", "none,1"], "TQ4 layers are layer numbers or 'none'"),
+            (["generate", "--prompt", "hi", "--tq4-layers", "99"], "TQ4 layer 99 out of range"),
+            (["generate", "--model", bad_profile_model, "--prompt", "hi"], "kv_profile.json: tq4_layers: 8 is not a layer"),
+            (["calibrate", "--min-compression", "nan"], "--min-compression"),
+            (["calibrate", "--min-gain", "2"], "--min-gain"),
+            (["calibrate", "--write", "--out", os.path.join(tmp, "p.json")], "give --write or --out"),
             (["eval", "--lengths", "0", "--dry-run"], "--lengths"),
             (["generate", "--prompt", ""], "--prompt is empty"),
             (["replay", "--trace", trace, "--kv-memory", "150%"], "--kv-memory 150%"),
