@@ -19,6 +19,15 @@ void add_kv_options(CLI::App& sub, engine::KvOptions& kv) {
   sub.add_flag("--scoring", kv.controller.scoring, "feed attention page scores to the controller (minima)");
 }
 
+std::string stale_layout(const model::ModelConfig& cfg, const engine::KvOptions& kv) {
+  if (!cache::retiers(kv.mode)) return "";
+  const auto layers = engine::tq4_layers_for(cfg, kv);
+  if (layers.empty()) return "Stale pages TQ3 in every layer";
+  std::string s = "Stale pages TQ4 in layer" + std::string(layers.size() > 1 ? "s" : "");
+  for (size_t i = 0; i < layers.size(); ++i) s += (i ? ", " : " ") + std::to_string(layers[i]);
+  return s + (kv.tq4_layers ? " (--tq4-layers)" : " (the model's kv_profile.json)") + ", TQ3 elsewhere";
+}
+
 KvMemory KvMemory::parse(const std::string& spec, const std::string& command) {
   KvMemory m;
   m.spec = spec;
@@ -66,10 +75,15 @@ void EngineFlags::add_to(CLI::App& sub, const std::string& kv_memory_help, const
   sub.add_option("--max-running", max_running, "requests holding pages at once")
       ->check(CLI::Range(size_t{1}, size_t{1} << 16));
   add_kv_options(sub, kv_opt);
+  sub.add_option("--tq4-layers", tq4_layers,
+                 "layers whose Stale pages are TQ4 instead of TQ3 (minima), or 'none'; default: the model's "
+                 "kv_profile.json")
+      ->delimiter(',');
 }
 
 void EngineFlags::check(const std::string& command) {
   kv_opt.mode = cache::parse_kv_mode(kv);
+  if (!tq4_layers.empty()) kv_opt.tq4_layers = engine::parse_tq4_layers(tq4_layers);
   admission_ = engine::parse_admission(admission);
   memory_ = KvMemory::parse(kv_memory, command);
   engine::validate(kv_opt);

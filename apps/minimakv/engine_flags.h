@@ -24,6 +24,10 @@ namespace minimakv::app {
 
 void add_kv_options(CLI::App& sub, engine::KvOptions& kv);
 
+// Where minima's Stale pages go for this model and these options, for logs: "TQ3 in every layer" or
+// "TQ4 in layers 0, 7 (the model's kv_profile.json), TQ3 elsewhere"; empty for bf16 and fp8.
+std::string stale_layout(const model::ModelConfig& cfg, const engine::KvOptions& kv);
+
 // A parsed --kv-memory: a byte count, or a share of free device memory. parse() throws
 // std::invalid_argument (naming `command`) before anything is loaded, so bad flags fail fast.
 struct KvMemory {
@@ -50,6 +54,7 @@ struct EngineFlags {
   unsigned cpu_threads = 0;
   size_t reference_tokens = 0, max_step_tokens = 2048, max_running = 256;
   engine::KvOptions kv_opt;
+  std::vector<std::string> tq4_layers;  // --tq4-layers (engine::parse_tq4_layers); empty: the model's profile
 
   EngineFlags();  // the embedded model and its tokenizer as defaults
   void add_to(CLI::App& sub, const std::string& kv_memory_help, const std::string& reference_help);

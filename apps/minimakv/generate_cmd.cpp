@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "default_paths.h"
+#include "engine_flags.h"
 #include "load_options.h"
 
 namespace minimakv::app {
@@ -103,6 +104,7 @@ int run_batch(const engine::Model& model, std::vector<std::vector<int32_t>> prom
   if (opt.json) {
     nlohmann::json j;
     j["kv"] = opt.kv;
+    if (cache::retiers(opt.gen.mode)) j["tq4_layers"] = engine::tq4_layers_for(model.config(), opt.gen);
     j["prefill_chunk"] = opt.gen.prefill_chunk;
     j["device"] = model.backend().describe();
     j["batch"] = rs.size();
@@ -206,7 +208,9 @@ int run_generate(GenerateCmdOptions opt) {
     return run_batch(*model, std::move(prompts), opt);
   }
   if (!opt.json) {
-    fmt::print(stderr, "prompt: {} tokens, kv {}, device {}\n", ids.size(), opt.kv, model->backend().describe());
+    const std::string layout = stale_layout(model->config(), opt.gen);
+    fmt::print(stderr, "prompt: {} tokens, kv {}{}{}, device {}\n", ids.size(), opt.kv, layout.empty() ? "" : "; ",
+               layout, model->backend().describe());
     opt.gen.on_prefill_progress = [](size_t done, size_t total) {
       fmt::print(stderr, "\rprefill {}/{} tokens", done, total);
       if (done == total) fmt::print(stderr, "\n");
@@ -233,6 +237,7 @@ int run_generate(GenerateCmdOptions opt) {
     j["tokens"] = r.tokens;
     j["text"] = text_of(*model, r.tokens);
     j["kv"] = opt.kv;
+    if (cache::retiers(opt.gen.mode)) j["tq4_layers"] = engine::tq4_layers_for(model->config(), opt.gen);
     j["prefill_chunk"] = opt.gen.prefill_chunk;
     j["device"] = model->backend().describe();
     j["prefill_tokens_per_s"] = static_cast<double>(ids.size()) / r.prefill_seconds;

@@ -107,6 +107,8 @@ int run_serve(ServeFlags f) {
       fmt::print(stderr, " {} {} pages ({:.2f} GiB)", codec::to_string(static_cast<codec::PageFormat>(i)), p.capacity(),
                  static_cast<double>(p.capacity() * p.page_bytes()) / (1u << 30));
   }
+  if (const auto layout = stale_layout(model->config(), e.kv_opt); !layout.empty())
+    fmt::print(stderr, "\nserve: {}", layout);
   fmt::print(stderr, "\nserve: capacity at {} tokens per request:", ref);
   for (const auto& r : cap) fmt::print(stderr, " {} {} requests", cache::to_string(r.mode), r.max_requests);
   fmt::print(stderr, "\nserve: chat template: {}\n", chat ? chat->origin() : "none (/v1/chat/completions answers 400)");

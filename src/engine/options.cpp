@@ -51,7 +51,7 @@ std::vector<int> parse_tq4_layers(const std::vector<std::string>& pieces) {
     int l = -1;
     const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), l);
     if (p.empty() || ec != std::errc() || end != p.data() + p.size() || l < 0)
-      bad("TQ4 layers are layer numbers or 'none', got '" + p + "'");
+      throw std::invalid_argument("--tq4-layers: TQ4 layers are layer numbers or 'none', got '" + p + "'");
     out.push_back(l);
   }
   return out;

@@ -88,6 +88,8 @@ def main():
             (["generate", "--prompt", "hi", "--tq4-layers", "none,1"], "TQ4 layers are layer numbers or 'none'"),
             (["generate", "--prompt", "hi", "--tq4-layers", "99"], "TQ4 layer 99 out of range"),
             (["generate", "--model", bad_profile_model, "--prompt", "hi"], "kv_profile.json: tq4_layers: 8 is not a layer"),
+            (["serve", "--tq4-layers", "1,x"], "--tq4-layers: TQ4 layers are layer numbers or 'none', got 'x'"),
+            (["replay", "--trace", trace, "--tq4-layers", "-2"], "--tq4-layers: TQ4 layers are layer numbers"),
             (["calibrate", "--min-compression", "nan"], "--min-compression"),
             (["calibrate", "--min-gain", "2"], "--min-gain"),
             (["calibrate", "--write", "--out", os.path.join(tmp, "p.json")], "give --write or --out"),
