@@ -71,18 +71,45 @@ RULER_TASKS = {
 }
 AGGREGATION_TASKS = ("vt", "cwe", "fwe")
 
+# A grammar of questions and answer starts (training only, --synth-frac): a lead-in, a wh-question, an
+# imperative or a polite request, a relation between the hidden thing and the key, a pointer back to the
+# context, and an answer start (possibly none, so the answer follows the question directly). Tens of
+# thousands of shapes instead of the parts lists' few dozen, none of them a held-out part (the training
+# data test checks it). The slots use {nq}, {be} and {query} like the parts; {imp} and {rel} are filled here.
+SYNTH_LEADS = ("", "", "", "", "Question:", "Q:", "Now,", "Quick check:", "One last thing:", "Final question:",
+               "Based on the passage,", "Going over the passage again,", "Considering everything above,", "Okay.",
+               "Task:", "Next:", "Memory test:")
+SYNTH_REL = ("of", "for", "linked to", "belonging to", "attached to", "paired with", "that goes with", "tied to",
+             "given for", "listed for", "assigned to", "connected to", "stored under", "kept for", "set for")
+SYNTH_IMP = ("state", "report", "write down", "provide", "quote", "repeat", "recall", "identify", "find",
+             "retrieve", "show", "output", "spell out", "copy out", "list", "return", "print", "fetch", "extract")
+SYNTH_ASK = (("what {be} the {nq} {rel} {query}", "?"), ("which {nq} {be} {rel} {query}", "?"),
+             ("what {nq} {be} {rel} {query}", "?"), ("{imp} the {nq} {rel} {query}", "."),
+             ("please {imp} the {nq} {rel} {query}", "."), ("can you {imp} the {nq} {rel} {query}", "?"),
+             ("could you {imp} the {nq} {rel} {query}", "?"), ("I need you to {imp} the {nq} {rel} {query}", "."),
+             ("I would like the {nq} {rel} {query}", "."), ("do you remember the {nq} {rel} {query}", "?"),
+             ("what was the {nq} {rel} {query}", "?"), ("{query}: {imp} its {nq}", "."))
+SYNTH_REFS = ("", "", "", "in the passage", "from the passage", "in the context", "that appeared earlier",
+              "mentioned earlier", "from earlier on", "in what you just read", "somewhere above", "in the material")
+SYNTH_PREFIXES = ("", "", "Reply:", "Response:", "Output:", "A:", "Solution:", "Final:", "The {nq} {rel} {query} {be}",
+                  "The {nq} {be}", "That would be", "It is", "Sure:", "Okay, the {nq} {be}", "Got it. The {nq} {be}",
+                  "As stated, the {nq} {be}", "The passage gives", "{query}:")
+
 
 class Generator:
     """Examples of about n_chars characters: (prompt ending in the answer prefix, answer, expected values)."""
 
     def __init__(self, words, sentences, rng, phrasings, ruler_defaults=False, random_noun_frac=0.0,
-                 heldout_words=None, vary_frac=0.0, cwe_first_order=False):
+                 heldout_words=None, vary_frac=0.0, cwe_first_order=False, synth_frac=0.0):
         """ruler_defaults: vt, cwe and fwe as RULER (and the C++ evaluation) define them: one chain of four
         hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those.
         vary_frac (training only): share of composed examples whose parts are perturbed (see _vary).
         cwe_first_order (training only): cwe answers list the common words in the order of their first
-        appearance in the list instead of a random order (RULER scores the set, so either is right)."""
+        appearance in the list instead of a random order (RULER scores the set, so either is right).
+        synth_frac (training only): share of composed examples whose question and answer start come from the
+        SYNTH_* grammar instead of the parts lists."""
         self.ruler_defaults = ruler_defaults
+        self.synth_frac = synth_frac
         self.vary_frac = vary_frac
         self.cwe_first_order = cwe_first_order
         # Training only: the hidden thing may be any noun of the (train) word list, so retrieval cannot
@@ -137,15 +164,32 @@ class Generator:
         out = " ".join(toks)
         return out.lower() if rng.random() < 0.15 else out
 
+    def synth_question(self):
+        """(question, answer start) templates from the SYNTH_* grammar, with {nq}, {be} and {query} left."""
+        rng = self.rng
+        ask, end = rng.choice(SYNTH_ASK)
+        rel = rng.choice(SYNTH_REL)
+        core = ask.replace("{imp}", rng.choice(SYNTH_IMP)).replace("{rel}", rel)
+        ref = rng.choice(SYNTH_REFS)
+        lead = rng.choice(SYNTH_LEADS)
+        text = core + (" " + ref if ref else "")
+        if not lead or lead.endswith((":", ".")):  # a new sentence starts with a capital
+            text = text[0].upper() + text[1:]
+        question = (lead + " " if lead else "") + text + (end if rng.random() < 0.9 else "")
+        prefix = rng.choice(SYNTH_PREFIXES).replace("{rel}", rel)
+        return question, prefix
+
     def _composed_parts(self):
         """(intro, needle frame, question, prefix, verb) of one composed example, perturbed for a vary_frac
         share of training examples: a random training sentence as the intro, a random word and a colon as
         the answer prefix, or _vary on each part."""
         rng, ph = self.rng, self.phrasings
         parts = [rng.choice(ph[c]) for c in ("intros", "needles", "questions", "prefixes", "verbs")]
+        if rng.random() < self.synth_frac:
+            parts[2], parts[3] = self.synth_question()
         if rng.random() >= self.vary_frac:
             return parts
-        parts = [self._vary(p) if rng.random() < 0.5 else p for p in parts]
+        parts = [self._vary(p) if p and rng.random() < 0.5 else p for p in parts]  # "": no answer start
         if rng.random() < 0.25:
             parts[0] = rng.choice(self.sentences)
         if rng.random() < 0.2:
@@ -243,7 +287,7 @@ class Generator:
             nq = noun_s if one else noun_p
             head = intro + "\n"
             q = "\n" + question.format(be=be, nq=nq, query=query)
-            prefix = " " + prefix_part.format(be=be, nq=nq, query=query)
+            prefix = " " + prefix_part.format(be=be, nq=nq, query=query) if prefix_part else ""
         answer = " " + join_keys(expected) + "."
         return head + context + q + prefix, answer, expected
 

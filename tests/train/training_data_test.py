@@ -65,7 +65,7 @@ def training_never_uses_held_out_parts(data, rng):
     gen = niah_data.Generator(niah_data.load_words(data, "train"),
                               niah_data.load_sentences(os.path.join(data, "corpus", "train.txt"), 2_000_000), rng,
                               niah_data.load_phrasings(data, "train"), random_noun_frac=0.5,
-                              heldout_words=niah_data.phrasing_words(data, "eval"), vary_frac=0.5)
+                              heldout_words=niah_data.phrasing_words(data, "eval"), vary_frac=0.5, synth_frac=0.5)
     # Needle frames are matched in the context, questions and prefixes in the last line, intros in the first.
     needle_pats = [frame_pattern(f) for f in held["needles"]]
     tail_pats = [frame_pattern(f) for f in held["questions"] + held["prefixes"]]
@@ -86,6 +86,39 @@ def training_never_uses_held_out_parts(data, rng):
             check(not re.search(rf"\b{re.escape(n)}\b", plain), f"held-out noun '{n}' in a training question: {tail}")
         for v in expected:
             check(v in prompt and v in answer, f"value {v} missing")
+
+
+def synthesized_questions_are_many_and_never_held_out(data, rng):
+    """The question grammar: thousands of distinct shapes, every one a well-formed template (only the
+    {nq}, {be} and {query} slots left), none matching a held-out question or answer start or naming a
+    held-out noun, and an answer start left out in some of them."""
+    held = niah_data.load_phrasings(data, "eval")
+    tail_pats = [frame_pattern(f) for f in held["questions"] + held["prefixes"]]
+    held_nouns = {w for n in held["nouns"] for w in n.split("|")}
+    gen = niah_data.Generator(niah_data.load_words(data, "train"), ["A sentence of prose here."] * 50, rng,
+                              niah_data.load_phrasings(data, "train"), synth_frac=1.0)
+    seen, empty = set(), 0
+    for _ in range(4000):
+        q, p = gen.synth_question()
+        seen.add((q, p))
+        empty += p == ""
+        for t in (q, p):
+            check(set(re.findall(r"\{([a-z_]+)\}", t)) <= {"nq", "be", "query"}, f"an unfilled slot in '{t}'")
+        check("{query}" in q and "{nq}" in q, f"the question names neither key nor noun: {q}")
+        tail = q.format(be="is", nq="locker key", query="calm-owl") + " " + p.format(be="is", nq="locker key",
+                                                                                      query="calm-owl")
+        for pat in tail_pats:
+            check(not pat.search(tail), f"held-out question or answer start synthesized: {tail}")
+        for n in held_nouns:
+            check(not re.search(rf"\b{re.escape(n)}\b", tail.replace("calm-owl", "")), f"held-out noun '{n}': {tail}")
+    check(len(seen) > 2500, f"only {len(seen)} distinct question shapes in 4000 draws")
+    check(200 < empty < 1200, f"{empty} of 4000 without an answer start")
+    # Composed examples with no answer start end with the question: the answer follows it directly.
+    gen.vary_frac = 0.0
+    for _ in range(200):
+        prompt, answer, expected = gen.example(rng.randint(600, 1500), "niah_single_2", "composed")
+        check(not prompt.endswith(" ") and answer.startswith(" ") and not answer.startswith("  "),
+              f"spacing at the answer: {prompt[-60:]!r} + {answer!r}")
 
 
 def variable_tracking_answers_follow_the_chain(gen, rng):
@@ -158,6 +191,7 @@ def main():
     gen = niah_data.Generator(words, ["A sentence of prose here."] * 50, rng, niah_data.load_phrasings(args.data, "train"))
     for test in (lambda: split_on_disk_is_the_hash_split(args.data),
                  lambda: training_never_uses_held_out_parts(args.data, rng),
+                 lambda: synthesized_questions_are_many_and_never_held_out(args.data, rng),
                  lambda: variable_tracking_answers_follow_the_chain(gen, rng),
                  lambda: common_words_are_the_most_common(gen, rng),
                  lambda: common_words_are_the_most_common(
