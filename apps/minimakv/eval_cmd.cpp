@@ -92,8 +92,17 @@ int run_eval(EvalCmdOptions o) {
       "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "
       "its tiers when the question is read.\n\nArms:\n",
       o.model, o.seed, where, o.prefill_chunk);
-  for (const auto& a : o.arms)
-    md += "- `" + a + "`: " + eval::make_arm(a, o.page_size, o.prefill_chunk).describe() + "\n";
+  for (const auto& a : o.arms) {
+    const auto arm = eval::make_arm(a, o.page_size, o.prefill_chunk);
+    md += "- `" + a + "`: " + arm.describe();
+    if (cache::retiers(arm.opt.mode) && !arm.opt.tq4_layers) {  // name what the profile resolved to
+      const auto layers = engine::tq4_layers_for(model->config(), arm.opt);
+      std::string list;
+      for (int l : layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+      md += layers.empty() ? " (this model: none, TQ3 everywhere)" : " (this model: layers " + list + ")";
+    }
+    md += "\n";
+  }
   const bool all = o.what == "all";
   if (o.dry_run) {
     const auto data = eval::load_niah_data(o.data);

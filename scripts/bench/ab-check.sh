@@ -3,7 +3,9 @@
 # must compute the same thing at the same speed. Parts (PARTS, default all):
 #   tests    - the GPU test suite of the new build (cuda_tests)
 #   identity - prompt logits (SHA-256 of their JSON) and greedy tokens of both builds on the embedded
-#              model and two 8B geometries with dummy weights, in bf16 and minima KV
+#              model and two 8B geometries with dummy weights, in bf16 and minima KV (the embedded
+#              model's minima follows its kv_profile.json, which builds before 3ae7ae3 ignore: compare
+#              minima across that commit with the same layout, e.g. both after it)
 #   decode   - the decode-kernel benchmark (cuda_decode_bench --quick) of both builds, alternating
 #   engine   - decode step and prefill of both builds at Qwen3-8B geometry, alternating (REPS times)
 #   kernels  - Nsight Compute: the new build's kernels of one decode step at 8K, batch 1, bf16 KV
