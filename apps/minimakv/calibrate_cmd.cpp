@@ -2,6 +2,7 @@
 // and writes the model's kv_profile.json, which minima then follows by default.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>

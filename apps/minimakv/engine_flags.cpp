@@ -1,5 +1,7 @@
 #include "engine_flags.h"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 
 #include "default_paths.h"
@@ -23,9 +25,15 @@ std::string stale_layout(const model::ModelConfig& cfg, const engine::KvOptions&
   if (!cache::retiers(kv.mode)) return "";
   const auto layers = engine::tq4_layers_for(cfg, kv);
   if (layers.empty()) return "Stale pages TQ3 in every layer";
-  std::string s = "Stale pages TQ4 in layer" + std::string(layers.size() > 1 ? "s" : "");
-  for (size_t i = 0; i < layers.size(); ++i) s += (i ? ", " : " ") + std::to_string(layers[i]);
-  return s + (kv.tq4_layers ? " (--tq4-layers)" : " (the model's kv_profile.json)") + ", TQ3 elsewhere";
+  return fmt::format("Stale pages TQ4 in layer{} {} ({}), TQ3 elsewhere", layers.size() > 1 ? "s" : "",
+                     fmt::join(layers, ", "), kv.tq4_layers ? "--tq4-layers" : "the model's kv_profile.json");
+}
+
+void add_tq4_layers_option(CLI::App& sub, std::vector<std::string>& pieces) {
+  sub.add_option("--tq4-layers", pieces,
+                 "layers whose Stale pages are TQ4 instead of TQ3 (minima), or 'none'; default: the model's "
+                 "kv_profile.json (minimakv calibrate)")
+      ->delimiter(',');
 }
 
 KvMemory KvMemory::parse(const std::string& spec, const std::string& command) {
@@ -75,10 +83,7 @@ void EngineFlags::add_to(CLI::App& sub, const std::string& kv_memory_help, const
   sub.add_option("--max-running", max_running, "requests holding pages at once")
       ->check(CLI::Range(size_t{1}, size_t{1} << 16));
   add_kv_options(sub, kv_opt);
-  sub.add_option("--tq4-layers", tq4_layers,
-                 "layers whose Stale pages are TQ4 instead of TQ3 (minima), or 'none'; default: the model's "
-                 "kv_profile.json")
-      ->delimiter(',');
+  add_tq4_layers_option(sub, tq4_layers);
 }
 
 void EngineFlags::check(const std::string& command) {

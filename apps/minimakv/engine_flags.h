@@ -28,6 +28,10 @@ void add_kv_options(CLI::App& sub, engine::KvOptions& kv);
 // "TQ4 in layers 0, 7 (the model's kv_profile.json), TQ3 elsewhere"; empty for bf16 and fp8.
 std::string stale_layout(const model::ModelConfig& cfg, const engine::KvOptions& kv);
 
+// --tq4-layers (generate, serve, replay): layer numbers or "none", parsed by engine::parse_tq4_layers
+// after the command line is read; left empty, the model's kv_profile.json decides.
+void add_tq4_layers_option(CLI::App& sub, std::vector<std::string>& pieces);
+
 // A parsed --kv-memory: a byte count, or a share of free device memory. parse() throws
 // std::invalid_argument (naming `command`) before anything is loaded, so bad flags fail fast.
 struct KvMemory {

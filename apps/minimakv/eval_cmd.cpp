@@ -97,9 +97,8 @@ int run_eval(EvalCmdOptions o) {
     md += "- `" + a + "`: " + arm.describe();
     if (cache::retiers(arm.opt.mode) && !arm.opt.tq4_layers) {  // name what the profile resolved to
       const auto layers = engine::tq4_layers_for(model->config(), arm.opt);
-      std::string list;
-      for (int l : layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
-      md += layers.empty() ? " (this model: none, TQ3 everywhere)" : " (this model: layers " + list + ")";
+      md += layers.empty() ? " (this model: none, TQ3 everywhere)"
+                           : fmt::format(" (this model: layers {})", fmt::join(layers, ", "));
     }
     md += "\n";
   }

@@ -216,12 +216,13 @@ int run_generate(GenerateCmdOptions opt) {
       if (done == total) fmt::print(stderr, "\n");
     };
   }
-  const std::vector<int> tq4 = opt.gen.tq4_layers.value_or(std::vector<int>{});
-  for (const std::vector<int>* list : std::initializer_list<const std::vector<int>*>{&opt.gen.protected_layers, &tq4})
-    for (int l : *list)
+  auto check_layers = [&](const std::vector<int>& layers, const char* what) {
+    for (int l : layers)
       if (l < 0 || l >= model->config().num_hidden_layers)
-        throw std::invalid_argument(std::string("generate: ") + (list == &tq4 ? "TQ4" : "protected") + " layer " +
-                                    std::to_string(l) + " out of range");
+        throw std::invalid_argument(fmt::format("generate: {} layer {} out of range", what, l));
+  };
+  check_layers(opt.gen.protected_layers, "protected");
+  check_layers(opt.gen.tq4_layers.value_or(std::vector<int>{}), "TQ4");
   std::string streamed;
   const auto r = engine::generate(*model, ids, opt.gen, [&](int32_t t) {
     if (opt.json) return;
@@ -313,10 +314,7 @@ const Registration kCommand(
            ->check(CLI::Range(0, 1 << 20));
        sub.add_option("--protected-layers", opt->gen.protected_layers, "layers kept FP8 in every tier (minima)")
            ->check(CLI::Range(0, 1 << 18));
-       sub.add_option("--tq4-layers", opt->tq4_layers,
-                      "layers whose Stale pages are TQ4 instead of TQ3 (minima), or 'none'; default: the model's "
-                      "kv_profile.json (minimakv calibrate)")
-           ->delimiter(',');
+       add_tq4_layers_option(sub, opt->tq4_layers);
        sub.add_option("--temperature", opt->gen.temperature, "0 for greedy")
            ->check(finite())
            ->check(CLI::Range(0.0, 100.0));

@@ -172,7 +172,7 @@ __global__ void zero_dst_kernel(PoolViews pools, int dst_format, const ConvertJo
 // The per-vector conversions, one warp per (token, head) vector through shared memory after a zeroing
 // pass: for TQ3 the former kernels (tq3_convert.cuh replaced both), the baselines the benchmark and the
 // tests compare the fused kernels with; for TQ4 the only ones so far. RF: the rotated format.
-template <bool kToTq3, codec::PageFormat RF = codec::PageFormat::kTq3>
+template <bool kToTq3, codec::PageFormat RF>
 __global__ void convert_kernel(PoolViews pools, int H, int d, int B, const float* signs, const ConvertJob* jobs,
                                codec::NormCorrection kcorr, codec::NormCorrection vcorr) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -291,15 +291,30 @@ void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, 
   check(cudaGetLastError(), "convert_fp8_to_tq3");
 }
 
+namespace {
+
+// One per-vector conversion: zero the destination pages, then one warp per (token, head) vector.
+// kToRotated: FP8 -> RF, else RF -> FP8 (keys and values decoded with their stored alpha).
+template <bool kToRotated, codec::PageFormat RF>
+void launch_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
+                       const ConvertJob* jobs, int n_jobs, codec::NormCorrection kcorr, codec::NormCorrection vcorr,
+                       cudaStream_t stream, const char* what) {
+  constexpr int fp8 = codec::format_index(codec::PageFormat::kFp8), rot = codec::format_index(RF);
+  validate(pools, geo, kToRotated ? fp8 : rot, kToRotated ? rot : fp8, what);
+  if (n_jobs <= 0) return;
+  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, kToRotated ? rot : fp8, jobs);
+  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  convert_kernel<kToRotated, RF><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+      pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs, kcorr, vcorr);
+  check(cudaGetLastError(), what);
+}
+
+}  // namespace
+
 void convert_fp8_to_tq3_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                                    const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream) {
-  validate(pools, geo, 1, 2, "convert_fp8_to_tq3_per_vector");
-  if (n_jobs <= 0) return;
-  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 2, jobs);
-  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<true><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page,
-                                                                 signs, jobs, policy.keys, policy.values);
-  check(cudaGetLastError(), "convert_fp8_to_tq3_per_vector");
+  launch_per_vector<true, codec::PageFormat::kTq3>(pools, geo, signs, jobs, n_jobs, policy.keys, policy.values, stream,
+                                                   "convert_fp8_to_tq3_per_vector");
 }
 
 void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
@@ -330,39 +345,21 @@ void convert_tq3_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, 
 
 void convert_tq3_to_fp8_per_vector(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                                    const ConvertJob* jobs, int n_jobs, cudaStream_t stream) {
-  validate(pools, geo, 2, 1, "convert_tq3_to_fp8_per_vector");
-  if (n_jobs <= 0) return;
-  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 1, jobs);
-  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<false>
-      <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
-                                                 codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
-  check(cudaGetLastError(), "convert_tq3_to_fp8_per_vector");
+  launch_per_vector<false, codec::PageFormat::kTq3>(pools, geo, signs, jobs, n_jobs, codec::NormCorrection::kUnbiased,
+                                                    codec::NormCorrection::kUnbiased, stream,
+                                                    "convert_tq3_to_fp8_per_vector");
 }
 
 void convert_fp8_to_tq4(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                         const ConvertJob* jobs, int n_jobs, codec::Tq3Policy policy, cudaStream_t stream) {
-  constexpr int tq4 = codec::format_index(codec::PageFormat::kTq4);
-  validate(pools, geo, 1, tq4, "convert_fp8_to_tq4");
-  if (n_jobs <= 0) return;
-  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, tq4, jobs);
-  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<true, codec::PageFormat::kTq4><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-      pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs, policy.keys, policy.values);
-  check(cudaGetLastError(), "convert_fp8_to_tq4");
+  launch_per_vector<true, codec::PageFormat::kTq4>(pools, geo, signs, jobs, n_jobs, policy.keys, policy.values, stream,
+                                                   "convert_fp8_to_tq4");
 }
 
 void convert_tq4_to_fp8(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,
                         const ConvertJob* jobs, int n_jobs, cudaStream_t stream) {
-  constexpr int tq4 = codec::format_index(codec::PageFormat::kTq4);
-  validate(pools, geo, tq4, 1, "convert_tq4_to_fp8");
-  if (n_jobs <= 0) return;
-  zero_dst_kernel<<<n_jobs, 256, 0, stream>>>(pools, 1, jobs);
-  const dim3 grid(n_jobs, geo.kv_heads, (geo.tokens_per_page + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  convert_kernel<false, codec::PageFormat::kTq4>
-      <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(pools, geo.kv_heads, geo.head_dim, geo.tokens_per_page, signs, jobs,
-                                                 codec::NormCorrection::kUnbiased, codec::NormCorrection::kUnbiased);
-  check(cudaGetLastError(), "convert_tq4_to_fp8");
+  launch_per_vector<false, codec::PageFormat::kTq4>(pools, geo, signs, jobs, n_jobs, codec::NormCorrection::kUnbiased,
+                                                    codec::NormCorrection::kUnbiased, stream, "convert_tq4_to_fp8");
 }
 
 }  // namespace minimakv::cuda

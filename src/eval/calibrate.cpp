@@ -9,10 +9,7 @@
 namespace minimakv::eval {
 
 std::string tq4_arm(const std::vector<int>& layers) {
-  if (layers.empty()) return "minima@tq4=none";
-  std::string s = "minima@tq4=";
-  for (size_t i = 0; i < layers.size(); ++i) s += (i ? "+" : "") + std::to_string(layers[i]);
-  return s;
+  return layers.empty() ? "minima@tq4=none" : fmt::format("minima@tq4={}", fmt::join(layers, "+"));
 }
 
 std::vector<int> choose_tq4_layers(std::vector<LayerGain> layers, double kl_tq3, double kl_fp8,

@@ -1,5 +1,7 @@
 #include "minimakv/eval/runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -28,9 +30,7 @@ std::string ArmSpec::describe() const {
     if (!opt.tq4_layers) {
       s += "; Stale pages in TQ4 in the layers of the model's KV profile, if it has one";
     } else if (!opt.tq4_layers->empty()) {
-      s += "; Stale pages of layers";
-      for (size_t i = 0; i < opt.tq4_layers->size(); ++i) s += (i ? ", " : " ") + std::to_string((*opt.tq4_layers)[i]);
-      s += " in TQ4";
+      s += fmt::format("; Stale pages of layers {} in TQ4", fmt::join(*opt.tq4_layers, ", "));
     } else {
       s += "; Stale pages in TQ3 in every layer";
     }
