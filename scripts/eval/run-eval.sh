@@ -14,8 +14,10 @@
 # held-out phrasing (heldout_*) and vt, cwe, fwe (default: RULER's eight NIAH tasks).
 # SHARDS=N splits the NIAH tasks over N processes run side by side (on one GPU they overlap one
 # another's host work) and merges their records with `minimakv eval merge`, which gives the tables and
-# statistics one process would. KL and memory then run in one more process. FIRST_EXAMPLE=K starts at
-# example K, so one protocol can be run in parts (e.g. 0-31 and 32-63) and merged the same way.
+# statistics one process would. KL and memory then run in one more process. Either way the outputs are
+# OUT/eval-PART.json and .md for PART = niah, kl, memory (one process with WHAT=all: eval-all.json).
+# FIRST_EXAMPLE=K starts at example K, so one protocol can be run in parts (e.g. 0-31 and 32-63) and
+# merged the same way.
 # On the CPU (16 threads) a 4K example takes 1-2 s per arm, so the full protocol (about 9,000 runs up to
 # 16K) takes many hours there; docs/results.md lists the runs actually made and where.
 set -euo pipefail
@@ -54,10 +56,10 @@ splice_report() {
 } >"$OUT/header.md"
 
 if [[ "$SHARDS" -le 1 ]]; then
-  args=(eval "$WHAT" "${common[@]}" --tasks "$task_list" --json "$OUT/eval.json" --markdown "$OUT/eval.md")
+  args=(eval "$WHAT" "${common[@]}" --tasks "$task_list" --json "$OUT/eval-$WHAT.json" --markdown "$OUT/eval-$WHAT.md")
   echo "Command: \`$BIN ${args[*]}\`" >>"$OUT/header.md"
   "$BIN" "${args[@]}" >/dev/null
-  cat "$OUT/header.md" "$OUT/eval.md" >"$OUT/report.md"
+  cat "$OUT/header.md" "$OUT/eval-$WHAT.md" >"$OUT/report.md"
   cat "$OUT/report.md"
   splice_report
   exit 0

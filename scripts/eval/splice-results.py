@@ -6,7 +6,7 @@ A section is the text between `<!-- BEGIN eval:NAME -->` and `<!-- END eval:NAME
 whole, and everything outside the markers is kept byte for byte. A section not yet in the file is added
 before the file's first `## ` heading, under a `## ` heading of its own when --title is given. The report
 is folded into a <details> block (the summary tables beside it are written by hand).
-  splice-results.py --results docs/results.md --section v2-run5-gpu --report build/eval/eval.md \
+  splice-results.py --results docs/results.md --section v2-run5-gpu --report build/eval/report.md \
       [--title "Full report: ..."]
 """
 import argparse
