@@ -95,21 +95,44 @@ SYNTH_PREFIXES = ("", "", "Reply:", "Response:", "Output:", "A:", "Solution:", "
                   "The {nq} {be}", "That would be", "It is", "Sure:", "Okay, the {nq} {be}", "Got it. The {nq} {be}",
                   "As stated, the {nq} {be}", "The passage gives", "{query}:")
 
+# A grammar of needle statements (training only, --synth-needle-frac), as SYNTH_ASK is for questions: a
+# lead-in, a statement shape that puts the key, the hidden thing and the value in many orders, a relation
+# and a closing remark. Relations and lead-ins of the held-out needle frames ("associated with", "that
+# belongs to", "Note:", "Record:", ...) are left out, and the training data test checks that no drawn
+# statement matches a held-out frame. Slots: {noun}, {key}, {value}, {verb} as in the parts' frames.
+SYNTH_NEEDLE_LEADS = ("", "", "", "", "Reminder:", "For the record,", "Heads up:", "FYI,", "As of today,",
+                      "Just so you know,", "Officially,", "Per the memo,", "Quick fact:", "Listen:", "To be clear,",
+                      "One more detail:", "Worth remembering:", "From the notes:")
+SYNTH_NEEDLE_REL = ("of", "for", "linked to", "assigned to", "given to", "used by", "tied to", "set for", "kept for",
+                    "registered to", "paired with", "on file for", "reserved for")
+SYNTH_NEEDLE_SHAPES = ("the {noun} {rel} {key} {verb} {value}", "{key}'s {noun} {verb} {value}",
+                       "{value} is the {noun} {rel} {key}", "use {value} as the {noun} {rel} {key}",
+                       "{key} holds the {noun} {value}", "{key} -> {noun}: {value}", "{key} ({noun}): {value}",
+                       "{noun} {rel} {key} = {value}", "if anyone asks about {key}, the {noun} {verb} {value}",
+                       "{key} keeps {value} as its {noun}", "the {noun} you want for {key} {verb} {value}",
+                       "{key} and the {noun} {value} go together", "{value}, that is the {noun} {rel} {key}",
+                       "as for {key}, its {noun} {verb} {value}", "the {noun} {verb} {value} when it comes to {key}")
+SYNTH_NEEDLE_ENDS = ("", "", "", "", " for now", " until further notice", " (confirmed)", " and nothing else",
+                     ", so keep it in mind", " - do not lose it", " this time")
+
 
 class Generator:
     """Examples of about n_chars characters: (prompt ending in the answer prefix, answer, expected values)."""
 
     def __init__(self, words, sentences, rng, phrasings, ruler_defaults=False, random_noun_frac=0.0,
-                 heldout_words=None, vary_frac=0.0, cwe_first_order=False, synth_frac=0.0):
+                 heldout_words=None, vary_frac=0.0, cwe_first_order=False, synth_frac=0.0, synth_needle_frac=0.0):
         """ruler_defaults: vt, cwe and fwe as RULER (and the C++ evaluation) define them: one chain of four
         hops, ten common words, Zipf alpha 2; otherwise training draws vary them around those.
         vary_frac (training only): share of composed examples whose parts are perturbed (see _vary).
         cwe_first_order (training only): cwe answers list the common words in the order of their first
         appearance in the list instead of a random order (RULER scores the set, so either is right).
         synth_frac (training only): share of composed examples whose question and answer start come from the
-        SYNTH_* grammar instead of the parts lists."""
+        SYNTH_* grammar instead of the parts lists.
+        synth_needle_frac (training only): share of composed examples whose needle statement comes from the
+        SYNTH_NEEDLE_* grammar instead of the parts' needle frames."""
         self.ruler_defaults = ruler_defaults
         self.synth_frac = synth_frac
+        self.synth_needle_frac = synth_needle_frac
         self.vary_frac = vary_frac
         self.cwe_first_order = cwe_first_order
         # Training only: the hidden thing may be any noun of the (train) word list, so retrieval cannot
@@ -179,6 +202,15 @@ class Generator:
         prefix = rng.choice(SYNTH_PREFIXES).replace("{rel}", rel)
         return question, prefix
 
+    def synth_needle(self):
+        """A needle frame from the SYNTH_NEEDLE_* grammar, with {noun}, {key}, {value} and {verb} left."""
+        rng = self.rng
+        body = rng.choice(SYNTH_NEEDLE_SHAPES).replace("{rel}", rng.choice(SYNTH_NEEDLE_REL))
+        lead = rng.choice(SYNTH_NEEDLE_LEADS)
+        if not lead or lead.endswith((":", ".")) or body.startswith("{"):  # a new sentence starts with a capital
+            body = body[0].upper() + body[1:]
+        return (lead + " " if lead else "") + body + rng.choice(SYNTH_NEEDLE_ENDS) + "."
+
     def _composed_parts(self):
         """(intro, needle frame, question, prefix, verb) of one composed example, perturbed for a vary_frac
         share of training examples: a random training sentence as the intro, a random word and a colon as
@@ -187,6 +219,8 @@ class Generator:
         parts = [rng.choice(ph[c]) for c in ("intros", "needles", "questions", "prefixes", "verbs")]
         if rng.random() < self.synth_frac:
             parts[2], parts[3] = self.synth_question()
+        if rng.random() < self.synth_needle_frac:
+            parts[1] = self.synth_needle()
         if rng.random() >= self.vary_frac:
             return parts
         parts = [self._vary(p) if p and rng.random() < 0.5 else p for p in parts]  # "": no answer start

@@ -61,7 +61,8 @@ def worker(rank, args, queue, tokens_per_step):
         docs = [d.strip() for d in f.read().split("\f") if d.strip()]
     gen = niah_data.Generator(words, sents, rng, phrasings, random_noun_frac=args.random_noun_frac,
                               heldout_words=niah_data.phrasing_words(args.data, "eval"), vary_frac=args.vary_frac,
-                              cwe_first_order=args.cwe_order == "first", synth_frac=args.synth_frac)
+                              cwe_first_order=args.cwe_order == "first", synth_frac=args.synth_frac,
+                              synth_needle_frac=args.synth_needle_frac)
     eos, pad = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|pad|>")
     cpt = {}  # running chars per token per task family
     weights = [w * (args.agg_weight if t in niah_data.AGGREGATION_TASKS else 1.0) for t, w in zip(TASKS, TASK_W)]
@@ -171,6 +172,9 @@ def main():
     ap.add_argument("--synth-frac", type=float, default=0.0,
                     help="share of composed examples whose question and answer start come from niah_data's "
                          "question grammar (SYNTH_*) instead of the train phrasing parts")
+    ap.add_argument("--synth-needle-frac", type=float, default=0.0,
+                    help="share of composed examples whose needle statements come from niah_data's needle "
+                         "grammar (SYNTH_NEEDLE_*) instead of the train needle frames")
     ap.add_argument("--eval-every", type=float, default=3.0, help="minutes between quick evals")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--bucket-p", type=float, nargs=len(BUCKETS), default=BUCKET_P,

@@ -65,7 +65,8 @@ def training_never_uses_held_out_parts(data, rng):
     gen = niah_data.Generator(niah_data.load_words(data, "train"),
                               niah_data.load_sentences(os.path.join(data, "corpus", "train.txt"), 2_000_000), rng,
                               niah_data.load_phrasings(data, "train"), random_noun_frac=0.5,
-                              heldout_words=niah_data.phrasing_words(data, "eval"), vary_frac=0.5, synth_frac=0.5)
+                              heldout_words=niah_data.phrasing_words(data, "eval"), vary_frac=0.5, synth_frac=0.5,
+                              synth_needle_frac=0.5)
     # Needle frames are matched in the context, questions and prefixes in the last line, intros in the first.
     needle_pats = [frame_pattern(f) for f in held["needles"]]
     tail_pats = [frame_pattern(f) for f in held["questions"] + held["prefixes"]]
@@ -119,6 +120,38 @@ def synthesized_questions_are_many_and_never_held_out(data, rng):
         prompt, answer, expected = gen.example(rng.randint(600, 1500), "niah_single_2", "composed")
         check(not prompt.endswith(" ") and answer.startswith(" ") and not answer.startswith("  "),
               f"spacing at the answer: {prompt[-60:]!r} + {answer!r}")
+
+
+def synthesized_needles_are_many_and_never_held_out(data, rng):
+    """The needle grammar: thousands of distinct statements, each a frame with exactly the {noun}, {key},
+    {value} (and maybe {verb}) slots, none matching a held-out needle frame or naming a held-out noun; in
+    composed examples the needles carry every asked value and the answer is unchanged."""
+    held = niah_data.load_phrasings(data, "eval")
+    needle_pats = [frame_pattern(f) for f in held["needles"]]
+    held_nouns = {w for n in held["nouns"] for w in n.split("|")}
+    gen = niah_data.Generator(niah_data.load_words(data, "train"), ["A sentence of prose here."] * 50, rng,
+                              niah_data.load_phrasings(data, "train"), synth_needle_frac=1.0)
+    seen = set()
+    for _ in range(4000):
+        frame = gen.synth_needle()
+        seen.add(frame)
+        slots = set(re.findall(r"\{([a-z_]+)\}", frame))
+        check({"noun", "key", "value"} <= slots <= {"noun", "key", "value", "verb"}, f"slots of '{frame}'")
+        check(frame.endswith(".") and "  " not in frame, f"malformed statement: {frame!r}")
+        for verb in ("is", "has been recorded as"):
+            text = frame.format(noun="locker key", key="calm-owl", value="1234567", verb=verb)
+            for pat in needle_pats:
+                check(not pat.search(text), f"held-out needle frame synthesized: {text}")
+            for n in held_nouns:
+                check(not re.search(rf"\b{re.escape(n)}\b", text.replace("calm-owl", "")), f"held-out noun '{n}': {text}")
+    check(len(seen) > 2000, f"only {len(seen)} distinct needle statements in 4000 draws")
+    gen.vary_frac = 0.0
+    for task in ("niah_single_2", "niah_multikey_1", "niah_multivalue", "niah_multiquery"):
+        for _ in range(20):
+            prompt, answer, expected = gen.example(rng.randint(800, 2000), task, "composed")
+            for v in expected:
+                check(v in prompt and v in answer, f"value {v} missing from a synthesized-needle example")
+            check(answer == " " + niah_data.join_keys(expected) + ".", f"answer text: {answer!r}")
 
 
 def variable_tracking_answers_follow_the_chain(gen, rng):
@@ -192,6 +225,7 @@ def main():
     for test in (lambda: split_on_disk_is_the_hash_split(args.data),
                  lambda: training_never_uses_held_out_parts(args.data, rng),
                  lambda: synthesized_questions_are_many_and_never_held_out(args.data, rng),
+                 lambda: synthesized_needles_are_many_and_never_held_out(args.data, rng),
                  lambda: variable_tracking_answers_follow_the_chain(gen, rng),
                  lambda: common_words_are_the_most_common(gen, rng),
                  lambda: common_words_are_the_most_common(
