@@ -4,6 +4,9 @@
 # identical examples, KL at 4K and 16K and KV memory, for bf16, the default minima (the model's
 # kv_profile.json) and minima with TQ3 everywhere (plus fp8 at 4K).
 #   bash scripts/eval/stale-fidelity.sh run PART...     # on the GPU machine; PART: 4k 8k 16k-a 16k-b 32k-a 32k-b
+#                                                        # (all six by default), or 32k-fp8-a 32k-fp8-b: fp8
+#                                                        # alone on the 32K examples, to tell FP8's share of
+#                                                        # minima's 32K loss from the Stale format's
 #   bash scripts/eval/stale-fidelity.sh report [PART...] # anywhere: merge the parts present, splice the report
 # Each part runs scripts/eval/run-eval.sh with SHARDS processes side by side and leaves only its merged
 # eval-niah.json (and, for 4k, eval-kl.json and eval-memory.json) under OUT/PART; the "-a"/"-b" halves
@@ -24,7 +27,10 @@ mode=${1:?run or report}; shift
 [[ $SHARDS -ge 2 ]] || { echo "stale-fidelity.sh: SHARDS must be at least 2 (run-eval.sh merges shards)" >&2; exit 2; }
 mkdir -p "$OUT"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(4k 8k 16k-a 16k-b 32k-a 32k-b)
+if [[ ${#parts[@]} -eq 0 ]]; then
+  parts=(4k 8k 16k-a 16k-b 32k-a 32k-b)
+  [[ $mode == report ]] && parts+=(32k-fp8-a 32k-fp8-b)  # merged when present
+fi
 
 part_args() {  # PART -> the run-eval.sh environment of that part
   case "$1" in
@@ -34,7 +40,9 @@ part_args() {  # PART -> the run-eval.sh environment of that part
     16k-b) echo "WHAT=niah LENGTHS=16384 EXAMPLES=32 FIRST_EXAMPLE=32 ARMS=$ARMS" ;;
     32k-a) echo "WHAT=niah LENGTHS=32768 EXAMPLES=32 FIRST_EXAMPLE=0 ARMS=$ARMS" ;;
     32k-b) echo "WHAT=niah LENGTHS=32768 EXAMPLES=32 FIRST_EXAMPLE=32 ARMS=$ARMS" ;;
-    *) echo "stale-fidelity.sh: no part '$1' (4k 8k 16k-a 16k-b 32k-a 32k-b)" >&2; return 2 ;;
+    32k-fp8-a) echo "WHAT=niah LENGTHS=32768 EXAMPLES=32 FIRST_EXAMPLE=0 ARMS=fp8" ;;
+    32k-fp8-b) echo "WHAT=niah LENGTHS=32768 EXAMPLES=32 FIRST_EXAMPLE=32 ARMS=fp8" ;;
+    *) echo "stale-fidelity.sh: no part '$1' (4k 8k 16k-a 16k-b 32k-a 32k-b 32k-fp8-a 32k-fp8-b)" >&2; return 2 ;;
   esac
 }
 
