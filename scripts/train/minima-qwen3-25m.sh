@@ -13,7 +13,8 @@
 # grammar (niah_data.SYNTH_*: imperatives, polite requests, lead-ins, no answer start at all), because
 # two thirds of run 5's held-out failures continue the haystack instead of answering. Run 8 resumes from
 # run 7 and also states half of its composed needles in shapes drawn from a grammar (niah_data.SYNTH_NEEDLE_*),
-# because most of run 7's held-out failures answer with the value of the wrong needle.
+# because the largest class of run 7's held-out failures answers with a value that is not the asked one
+# (the held-out needles are stated in frames the model never saw).
 # docs/results.md lists what each run reached.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
