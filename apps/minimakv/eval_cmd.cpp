@@ -69,7 +69,7 @@ int run_merge(const EvalCmdOptions& o) {
   j["merged_from"] = o.inputs;
   std::fputs(md.c_str(), stdout);
   if (!o.markdown.empty()) std::ofstream(o.markdown) << md;
-  if (!o.json.empty()) std::ofstream(o.json) << j.dump(1) << "\n";
+  if (!o.json.empty()) std::ofstream(o.json) << eval::json_text(j);
   return 0;
 }
 
@@ -172,7 +172,7 @@ int run_eval(EvalCmdOptions o) {
   j["seconds"] = secs;
   std::fputs(md.c_str(), stdout);
   if (!o.markdown.empty()) std::ofstream(o.markdown) << md;
-  if (!o.json.empty()) std::ofstream(o.json) << j.dump(1) << "\n";
+  if (!o.json.empty()) std::ofstream(o.json) << eval::json_text(j);
   return 0;
 }
 

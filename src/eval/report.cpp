@@ -329,6 +329,10 @@ std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRec
   return out;
 }
 
+std::string json_text(const nlohmann::json& document) {
+  return document.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 nlohmann::json to_json(const std::vector<KlRecord>& rs) {
   auto j = nlohmann::json::array();
   for (const auto& r : rs)

@@ -45,6 +45,22 @@ TEST(Report, NiahRecordsRoundTripThroughJson) {
   EXPECT_EQ(niah_markdown(back, 7), niah_markdown(rs, 7));
 }
 
+TEST(Report, OutputsCutInsideACharacterStillWriteTheirRecords) {
+  auto rng = testing::rng_for_test();
+  auto rs = random_records(rng);
+  // A generation that stopped after the first two bytes of a three-byte character, and a stray
+  // continuation byte: dump() alone throws on these.
+  rs[0].output = " 12\xe4\xb8";
+  rs[1].output = "\x80 value";
+  EXPECT_THROW((void)to_json(rs, 5).dump(), nlohmann::json::type_error);
+  const auto back = niah_records_from_json(nlohmann::json::parse(json_text(to_json(rs, 5))));
+  ASSERT_EQ(back.size(), rs.size());
+  EXPECT_EQ(back[0].output, " 12\xef\xbf\xbd");
+  EXPECT_EQ(back[1].output, "\xef\xbf\xbd value");
+  EXPECT_EQ(back[2].output, rs[2].output);  // valid text unchanged
+  EXPECT_EQ(back[0].score, rs[0].score);
+}
+
 TEST(Report, ShardsByTaskMergeIntoTheSingleRunReport) {
   auto rng = testing::rng_for_test();
   const auto rs = random_records(rng);

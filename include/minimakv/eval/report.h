@@ -28,4 +28,9 @@ std::vector<NiahRecord> merge_niah_records(const std::vector<std::vector<NiahRec
 nlohmann::json to_json(const std::vector<KlRecord>& records);
 nlohmann::json to_json(const std::vector<MemoryRecord>& records);
 
+// An evaluation document as the text of its file: invalid UTF-8 in a string becomes U+FFFD. A model's
+// output is decoded from byte-level tokens, and a generation may stop inside a multi-byte character
+// (or emit a stray continuation byte); the run must still write its records.
+std::string json_text(const nlohmann::json& document);
+
 }  // namespace minimakv::eval
