@@ -8,6 +8,7 @@
 #                                                        # alone on the 32K examples, to tell FP8's share of
 #                                                        # minima's 32K loss from the Stale format's
 #   bash scripts/eval/stale-fidelity.sh report [PART...] # anywhere: merge the parts present, splice the report
+#                                                        # (the fp8 parts only when both halves are there)
 # Each part runs scripts/eval/run-eval.sh with SHARDS processes side by side and leaves only its merged
 # eval-niah.json (and, for 4k, eval-kl.json and eval-memory.json) under OUT/PART; the "-a"/"-b" halves
 # are examples 0-31 and 32-63. Measured on an H200 with the shipped model (2026-12-03): 4k 234 s
@@ -29,7 +30,10 @@ mkdir -p "$OUT"
 parts=("$@")
 if [[ ${#parts[@]} -eq 0 ]]; then
   parts=(4k 8k 16k-a 16k-b 32k-a 32k-b)
-  [[ $mode == report ]] && parts+=(32k-fp8-a 32k-fp8-b)  # merged when present
+  # The fp8 halves are merged when both are present: one half alone would give fp8 fewer examples than
+  # the other arms, and the paired statistics need every arm on the same examples.
+  [[ $mode == report && -f $OUT/32k-fp8-a/eval-niah.json && -f $OUT/32k-fp8-b/eval-niah.json ]] &&
+    parts+=(32k-fp8-a 32k-fp8-b)
 fi
 
 part_args() {  # PART -> the run-eval.sh environment of that part
