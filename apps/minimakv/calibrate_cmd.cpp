@@ -72,6 +72,10 @@ const Registration kCommand(
                       "share of TQ3's KL above fp8's that a layer's TQ4 must remove to be chosen")
            ->check(finite())
            ->check(CLI::Range(0.0, 1.0));
+       sub.add_option("--target-ratio", opt->cfg.target_ratio,
+                      "top up with layers of any positive gain while KL is above this many times fp8's (0: never)")
+           ->check(finite())
+           ->check(CLI::Range(0.0, 100.0));
        sub.add_option("--page-size", opt->cfg.page_size, "tokens per KV page")->check(CLI::Range(16, 4096));
        sub.add_option("--prefill-chunk", opt->cfg.prefill_chunk, "prompt tokens per prefill chunk")
            ->check(CLI::Range(16, 1 << 20));

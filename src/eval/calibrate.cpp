@@ -29,10 +29,34 @@ std::vector<int> choose_tq4_layers(std::vector<LayerGain> layers, double kl_tq3,
   return chosen;
 }
 
+std::vector<int> top_up_tq4_layers(std::vector<int> chosen, double& kl_chosen, std::vector<LayerGain> layers,
+                                   double kl_fp8, const CalibrationConfig& cfg,
+                                   const std::function<double(const std::vector<int>&)>& compression,
+                                   const std::function<double(const std::vector<int>&)>& measure,
+                                   std::vector<TopUp>& top_ups) {
+  std::stable_sort(layers.begin(), layers.end(),
+                   [](const LayerGain& a, const LayerGain& b) { return a.gain > b.gain; });
+  for (const LayerGain& g : layers) {
+    if (!(cfg.target_ratio > 0) || kl_chosen <= cfg.target_ratio * kl_fp8) break;  // met, or never asked
+    if (!(g.gain > 0)) break;  // sorted: no later layer helps on its own
+    if (std::binary_search(chosen.begin(), chosen.end(), g.layer)) continue;
+    std::vector<int> next = chosen;
+    next.insert(std::upper_bound(next.begin(), next.end(), g.layer), g.layer);
+    if (compression(next) < cfg.min_compression) continue;  // a cheaper layer further down may still fit
+    const double kl = measure(next);
+    top_ups.push_back({next, kl});
+    if (kl < kl_chosen) {
+      chosen = std::move(next);
+      kl_chosen = kl;
+    }
+  }
+  return chosen;
+}
+
 Calibration calibrate_tq4_layers(const engine::Model& model, const NiahData& data, const CalibrationConfig& cfg,
                                  const std::function<void(const std::string&)>& progress) {
-  if (cfg.min_gain < 0 || !(cfg.min_compression > 0))
-    throw std::invalid_argument("calibrate: min_gain must be >= 0 and min_compression > 0");
+  if (cfg.min_gain < 0 || !(cfg.min_compression > 0) || !(cfg.target_ratio >= 0))
+    throw std::invalid_argument("calibrate: min_gain and target_ratio must be >= 0 and min_compression > 0");
   Calibration c;
   c.cfg = cfg;
   const int L = static_cast<int>(model.config().num_hidden_layers);
@@ -57,9 +81,12 @@ Calibration calibrate_tq4_layers(const engine::Model& model, const NiahData& dat
   const double bf16 = bytes_per_token("bf16");
   auto compression = [&](const std::vector<int>& layers) { return bf16 / bytes_per_token(tq4_arm(layers)); };
   c.compression_tq3 = compression({});
+  auto measure = [&](const std::vector<int>& layers) { return kl_of({tq4_arm(layers)})[1].mean; };
   c.chosen = choose_tq4_layers(c.layers, c.kl_tq3, c.kl_fp8, cfg, compression);
+  c.kl_chosen = c.chosen.empty() ? c.kl_tq3 : measure(c.chosen);
+  if (c.kl_tq3 > c.kl_fp8)  // TQ3 already as good as FP8: nothing to buy
+    c.chosen = top_up_tq4_layers(c.chosen, c.kl_chosen, c.layers, c.kl_fp8, cfg, compression, measure, c.top_ups);
   c.compression_chosen = compression(c.chosen);
-  c.kl_chosen = c.chosen.empty() ? c.kl_tq3 : kl_of({tq4_arm(c.chosen)})[1].mean;
   return c;
 }
 
@@ -73,6 +100,7 @@ std::string calibration_json(const Calibration& c) {
   j["page_size"] = c.cfg.page_size;
   j["prefill_chunk"] = c.cfg.prefill_chunk;
   j["min_gain"] = c.cfg.min_gain;
+  j["target_ratio"] = c.cfg.target_ratio;
   j["min_compression"] = c.cfg.min_compression;
   j["compression_tokens"] = c.cfg.compression_tokens;
   j["kl_fp8"] = c.kl_fp8;
@@ -80,6 +108,8 @@ std::string calibration_json(const Calibration& c) {
   j["kl_chosen"] = c.kl_chosen;
   j["kl_tq4_one_layer"] = nlohmann::ordered_json::array();
   for (const auto& g : c.layers) j["kl_tq4_one_layer"].push_back(g.kl);
+  j["top_ups"] = nlohmann::ordered_json::array();
+  for (const auto& t : c.top_ups) j["top_ups"].push_back({{"tq4_layers", t.layers}, {"kl", t.kl}});
   j["compression_tq3"] = c.compression_tq3;
   j["compression_chosen"] = c.compression_chosen;
   return j.dump();
@@ -97,12 +127,16 @@ std::string calibration_markdown(const Calibration& c) {
   for (const auto& g : c.layers)
     md += fmt::format("| TQ4 in layer {} | {:.5f} | {} | {:+.5f} ({:+.0f}%) |\n", g.layer, g.kl, ratio(g.kl), g.gain,
                       excess > 0 ? 100.0 * g.gain / excess : 0.0);
+  for (const auto& t : c.top_ups)
+    md += fmt::format("| top-up: `{}` | {:.5f} | {} | |\n", tq4_arm(t.layers), t.kl, ratio(t.kl));
   md += fmt::format("| **chosen: `{}`** | **{:.5f}** | **{}** | |\n\n", tq4_arm(c.chosen), c.kl_chosen,
                     ratio(c.kl_chosen));
   md += fmt::format(
       "Compression against bf16 at {} live tokens: {:.2f}× with TQ3 everywhere, {:.2f}× chosen (floor {:.2f}×); a "
-      "layer must remove at least {:.0f}% of TQ3's KL above fp8's.\n",
-      c.cfg.compression_tokens, c.compression_tq3, c.compression_chosen, c.cfg.min_compression, 100.0 * c.cfg.min_gain);
+      "layer must remove at least {:.0f}% of TQ3's KL above fp8's, and layers of any positive gain top the set up "
+      "while its KL is above {:.2f}× fp8's.\n",
+      c.cfg.compression_tokens, c.compression_tq3, c.compression_chosen, c.cfg.min_compression, 100.0 * c.cfg.min_gain,
+      c.cfg.target_ratio);
   return md;
 }
 

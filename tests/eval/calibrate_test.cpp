@@ -1,5 +1,6 @@
 // Calibration of the per-layer Stale format: the choice rule on synthetic gains (threshold, compression
-// floor, greedy by gain, ascending output, nothing when TQ3 already matches fp8), and a run on the
+// floor, greedy by gain, ascending output, nothing when TQ3 already matches fp8), the top-up toward the
+// KL target on synthetic measurements, and a run on the
 // shipped model whose every number is re-measured independently by run_kl and project_memory.
 #include "minimakv/eval/calibrate.h"
 
@@ -70,6 +71,67 @@ TEST(Calibrate, ChoicesSatisfyTheRuleOnRandomGains) {
   }
 }
 
+TEST(Calibrate, TopsUpByGainUntilTheMeasuredKlMeetsTheTarget) {
+  CalibrationConfig cfg;
+  cfg.target_ratio = 1.15;
+  cfg.min_compression = 4.5;
+  const std::vector<LayerGain> g{{0, 0, 0.004}, {1, 0, -0.001}, {2, 0, 0.002}, {3, 0, 0.0005}, {4, 0, 0.003}};
+  const double kl_fp8 = 0.010;  // target: KL <= 0.0115
+  const std::vector<double> cost{0.2, 0.2, 0.3, 0.05, 0.2};
+  auto compression = [&](const std::vector<int>& ls) {
+    double x = 5.0;
+    for (int l : ls) x -= cost[static_cast<size_t>(l)];
+    return x;
+  };
+  auto additive = [&](const std::vector<int>& ls) {  // TQ3 everywhere 0.020, each layer removes its gain
+    double kl = 0.020;
+    for (int l : ls) kl -= g[static_cast<size_t>(l)].gain;
+    return kl;
+  };
+  {  // the floor never binds: layers 4 then 2 (by gain), stopping once 0.011 <= 0.0115
+    cfg.min_compression = 1.0;
+    double kl = additive({0});
+    std::vector<TopUp> ups;
+    EXPECT_EQ(top_up_tq4_layers({0}, kl, g, kl_fp8, cfg, compression, additive, ups), (std::vector<int>{0, 2, 4}));
+    EXPECT_DOUBLE_EQ(kl, additive({0, 2, 4}));
+    ASSERT_EQ(ups.size(), 2u);
+    EXPECT_EQ(ups[0].layers, (std::vector<int>{0, 4}));
+    EXPECT_DOUBLE_EQ(ups[0].kl, additive({0, 4}));
+  }
+  {  // floor 4.5: {0, 2, 4} (4.3x) is skipped, the cheaper layer 3 still fits; layer 1 (no gain) never joins
+    cfg.min_compression = 4.5;
+    double kl = additive({0});
+    std::vector<TopUp> ups;
+    EXPECT_EQ(top_up_tq4_layers({0}, kl, g, kl_fp8, cfg, compression, additive, ups), (std::vector<int>{0, 3, 4}));
+    ASSERT_EQ(ups.size(), 2u);
+    EXPECT_EQ(ups[1].layers, (std::vector<int>{0, 3, 4}));
+  }
+  {  // a set whose measured KL is not lower is measured, recorded and not kept
+    cfg.min_compression = 1.0;
+    auto clash = [&](const std::vector<int>& ls) {  // layer 4 with layer 0 measures worse than layer 0 alone
+      const bool both = std::count(ls.begin(), ls.end(), 0) && std::count(ls.begin(), ls.end(), 4);
+      return additive(ls) + (both ? 0.005 : 0.0);
+    };
+    double kl = clash({0});
+    std::vector<TopUp> ups;
+    EXPECT_EQ(top_up_tq4_layers({0}, kl, g, kl_fp8, cfg, compression, clash, ups), (std::vector<int>{0, 2, 3}));
+    ASSERT_EQ(ups.size(), 3u);
+    EXPECT_EQ(ups[0].layers, (std::vector<int>{0, 4}));
+    EXPECT_GT(ups[0].kl, clash({0}));
+    EXPECT_DOUBLE_EQ(kl, clash({0, 2, 3}));
+  }
+  {  // already at the target, or target 0: nothing is measured
+    std::vector<TopUp> ups;
+    double kl = 0.0114;
+    EXPECT_EQ(top_up_tq4_layers({0}, kl, g, kl_fp8, cfg, compression, additive, ups), std::vector<int>{0});
+    cfg.target_ratio = 0;
+    kl = 0.020;
+    EXPECT_EQ(top_up_tq4_layers({}, kl, g, kl_fp8, cfg, compression, additive, ups), std::vector<int>{});
+    EXPECT_TRUE(ups.empty());
+    EXPECT_DOUBLE_EQ(kl, 0.020);
+  }
+}
+
 NiahData essay() {
   NiahData d;
   for (int i = 0; i < 300; ++i)
@@ -115,6 +177,7 @@ TEST(Calibrate, ShippedModelRunReMeasuresTheSame) {
     for (const auto& g : c.layers)
       if (g.gain >= 0) helps.push_back(g.layer);
   EXPECT_EQ(c.chosen, helps);
+  EXPECT_TRUE(c.top_ups.empty()) << "every layer that helps is already chosen: nothing to top up with";
   if (!c.chosen.empty()) {
     const auto chosen = run_kl(*model, data, {cfg.length}, 1, cfg.score_tokens, {tq4_arm(c.chosen)}, cfg.page_size,
                                cfg.prefill_chunk, cfg.seed);

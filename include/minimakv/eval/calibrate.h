@@ -7,7 +7,11 @@
 // by decreasing gain while (a) the gain is at least min_gain of TQ3's KL above fp8's, so noise does not
 // buy bytes, and (b) the KV stays at least min_compression times smaller than bf16's at
 // compression_tokens live tokens. The chosen set is then measured as one arm, so the profile records
-// the KL it delivers, not a sum of single-layer estimates.
+// the KL it delivers, not a sum of single-layer estimates. Where that KL is still above target_ratio
+// times fp8's (the bar minima is held to), the rule tops up (top_up_tq4_layers): the next layers by
+// decreasing gain, any positive gain, each kept only if the floor holds and the measured KL of the
+// larger set is lower, until the target is met or no layer is left. Bytes the floor allows are spent
+// only when the measured KL asks for them.
 #pragma once
 
 #include <functional>
@@ -24,6 +28,7 @@ struct CalibrationConfig {
   double min_compression = 4.5;       // KV at least this many times smaller than bf16's ...
   size_t compression_tokens = 65536;  // ... at this many live tokens, every tier and block table counted
   double min_gain = 0.10;             // fraction of (KL of TQ3 everywhere - KL of fp8) a layer must remove
+  double target_ratio = 1.15;         // top up while KL(chosen) > target_ratio * KL(fp8); 0: never top up
   int page_size = 64, prefill_chunk = 512;
   uint64_t seed = 1;
 };
@@ -34,12 +39,19 @@ struct LayerGain {
   double gain = 0;  // KL of TQ3 everywhere minus kl
 };
 
+// One measured top-up step: the larger set and its KL.
+struct TopUp {
+  std::vector<int> layers;  // ascending
+  double kl = 0;
+};
+
 struct Calibration {
   CalibrationConfig cfg;
   double kl_fp8 = 0, kl_tq3 = 0, kl_chosen = 0;  // kl_chosen == kl_tq3 when nothing is chosen
   double ppl_bf16 = 0;
   std::vector<LayerGain> layers;                       // by layer
   std::vector<int> chosen;                             // ascending
+  std::vector<TopUp> top_ups;                          // measured after the threshold rule, in order
   double compression_tq3 = 0, compression_chosen = 0;  // bf16 bytes per live token over the arm's
 };
 
@@ -47,6 +59,15 @@ struct Calibration {
 std::vector<int> choose_tq4_layers(std::vector<LayerGain> layers, double kl_tq3, double kl_fp8,
                                    const CalibrationConfig& cfg,
                                    const std::function<double(const std::vector<int>&)>& compression);
+
+// The top-up above: from `chosen` (measured at kl_chosen), adds layers of positive gain by decreasing
+// gain while kl > target_ratio * kl_fp8; measure(layers) gives a set's KL. Every measured set is
+// appended to top_ups; returns the chosen set and updates kl_chosen.
+std::vector<int> top_up_tq4_layers(std::vector<int> chosen, double& kl_chosen, std::vector<LayerGain> layers,
+                                   double kl_fp8, const CalibrationConfig& cfg,
+                                   const std::function<double(const std::vector<int>&)>& compression,
+                                   const std::function<double(const std::vector<int>&)>& measure,
+                                   std::vector<TopUp>& top_ups);
 
 // Measures and chooses. progress(what) is called before each KL run.
 Calibration calibrate_tq4_layers(const engine::Model& model, const NiahData& data, const CalibrationConfig& cfg,
