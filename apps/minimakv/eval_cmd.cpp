@@ -12,6 +12,7 @@
 #include "default_paths.h"
 #include "minimakv/eval/report.h"
 #include "minimakv/eval/runner.h"
+#include "minimakv/model/checkpoint_digest.h"
 
 namespace minimakv::app {
 
@@ -52,7 +53,10 @@ int run_merge(const EvalCmdOptions& o) {
     }
     if (!j.contains("niah")) throw std::invalid_argument("eval merge: " + path + " holds no NIAH run");
     if (first.is_null()) first = j;
-    for (const char* key : {"model", "seed", "device_name"})
+    // One model: by its files' digest where both runs recorded one (the same files under another path,
+    // e.g. on another machine, are the same model), else by its path.
+    const char* model_key = j.contains("model_digest") && first.contains("model_digest") ? "model_digest" : "model";
+    for (const char* key : {model_key, "seed", "device_name"})
       if (j.value(key, nlohmann::json()) != first.value(key, nlohmann::json()))
         throw std::invalid_argument(std::string("eval merge: ") + path + " differs in '" + key + "' from " +
                                     o.inputs[0]);
@@ -85,8 +89,13 @@ int run_eval(EvalCmdOptions o) {
   const std::string where = model->backend().device() == backend::Device::kCuda
                                 ? "GPU " + model->backend().describe()
                                 : std::to_string(threads) + " CPU threads (" + model->backend().describe() + ")";
-  nlohmann::json j = {{"model", o.model}, {"seed", o.seed},     {"threads", threads},
-                      {"quick", o.quick}, {"device", o.device}, {"device_name", model->backend().describe()}};
+  nlohmann::json j = {{"model", o.model},
+                      {"model_digest", model::checkpoint_digest(o.model)},
+                      {"seed", o.seed},
+                      {"threads", threads},
+                      {"quick", o.quick},
+                      {"device", o.device},
+                      {"device_name", model->backend().describe()}};
   std::string md = fmt::format(
       "Model `{}`, seed {}, {}. Compression happens during prefill: every arm prefills "
       "in chunks of {} tokens with a retier checkpoint after each chunk, so minima's context is in "

@@ -4,7 +4,8 @@
 Each case runs `minimakv` as a user would and requires: a non-zero exit, a message on stderr that
 contains the expected fragment (the option, the field, the limit), and a wall time under one second
 (the time to reject: no case may tokenize or load more than it needs). Also checks that the CLI finds
-the embedded model and data from another working directory.
+the embedded model and data from another working directory, and that `eval merge` joins runs of one
+model's files under two paths (by their digest) and nothing else.
   cli_errors_test.py --bin build/release/apps/minimakv/minimakv [--time-limit 1.0]
 """
 import argparse
@@ -67,6 +68,28 @@ def main():
         with open(os.path.join(bad_profile_model, "kv_profile.json"), "w") as f:
             f.write('{"version": 1, "tq4_layers": [0, 8]}')
 
+        def eval_run(name, model, task, digest=None):  # an `eval niah --json` file of one task, two arms
+            records = []
+            for i in range(4):
+                for arm in ("bf16", "minima"):
+                    records.append({"task": task, "arm": arm, "length": 1024, "index": i,
+                                    "score": float(rng.random() < 0.8), "output": " 1234567", "prompt_tokens": 1000,
+                                    "reused_tokens": 0, "generated": 3, "prefill_s": 0.1, "decode_s": 0.1,
+                                    "kv": {"recent": 1, "anchor": 0, "stale": 0, "block_tables": 8,
+                                           "live_tokens": 1000, "bytes_per_token": 16.0, "reconciled": True}})
+            run_json = {"model": model, "seed": 1, "device_name": "cpu", "niah": {"seed": 1, "records": records}}
+            if digest:
+                run_json["model_digest"] = digest
+            path = os.path.join(tmp, name)
+            json.dump(run_json, open(path, "w"))
+            return path
+
+        # Runs of one model's files under two paths (two machines) merge by digest; different files do not.
+        same_a = eval_run("same-a.json", "/gpu/tmp/run8", "niah_single_1", "0123456789abcdef")
+        same_b = eval_run("same-b.json", "/home/me/run8", "niah_single_2", "0123456789abcdef")
+        other = eval_run("other.json", "/home/me/run8", "niah_single_3", "fedcba9876543210")
+        no_digest = eval_run("no-digest.json", "/elsewhere/run8", "niah_multikey_1")
+
         def with_config(**edits):  # written just before its case runs
             def write():
                 c = dict(config)
@@ -121,6 +144,8 @@ def main():
             (["serve", "--port", "70000"], "--port"),
             (["serve", "--shutdown-grace", "nan"], "--shutdown-grace"),
             (["serve", "--host", "10.255.255.1", "--port", "8123"], "cannot bind 10.255.255.1:8123"),
+            (["eval", "merge", "--inputs", f"{same_a},{other}"], "differs in 'model_digest'"),
+            (["eval", "merge", "--inputs", f"{same_a},{no_digest}"], "differs in 'model'"),
         ]
         for argv, fragment in cases:
             if isinstance(argv, tuple):
@@ -138,9 +163,14 @@ def main():
         print(f"{'ok ' if ok else 'BAD'} {secs:6.3f} s  eval --dry-run from {tmp}")
         if not ok:
             failures.append((["eval from another directory"], "", r.returncode, r.stderr.decode(errors="replace"), secs))
+        r, secs = run(binary, ["eval", "merge", "--inputs", f"{same_a},{same_b}"])
+        ok = r.returncode == 0 and b"niah_single_1" in r.stdout and b"niah_single_2" in r.stdout
+        print(f"{'ok ' if ok else 'BAD'} {secs:6.3f} s  eval merge of one model's runs under two paths")
+        if not ok:
+            failures.append((["eval merge by digest"], "", r.returncode, r.stderr.decode(errors="replace"), secs))
     for f in failures:
         print("FAILED:", f[0], "expected", repr(f[1]), "rc", f[2], "in", f"{f[4]:.3f} s", "stderr:", f[3][:300])
-    print(f"cli errors: {len(cases) + 1 - len(failures)} passed, {len(failures)} failed")
+    print(f"cli errors: {len(cases) + 2 - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
 
