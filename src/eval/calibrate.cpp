@@ -84,7 +84,7 @@ Calibration calibrate_tq4_layers(const engine::Model& model, const NiahData& dat
   auto measure = [&](const std::vector<int>& layers) { return kl_of({tq4_arm(layers)})[1].mean; };
   c.chosen = choose_tq4_layers(c.layers, c.kl_tq3, c.kl_fp8, cfg, compression);
   c.kl_chosen = c.chosen.empty() ? c.kl_tq3 : measure(c.chosen);
-  if (c.kl_tq3 > c.kl_fp8)  // TQ3 already as good as FP8: nothing to buy
+  if (c.kl_tq3 > c.kl_fp8)  // otherwise TQ3 already reads as well as FP8: nothing to buy
     c.chosen = top_up_tq4_layers(c.chosen, c.kl_chosen, c.layers, c.kl_fp8, cfg, compression, measure, c.top_ups);
   c.compression_chosen = compression(c.chosen);
   return c;
