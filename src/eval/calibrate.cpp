@@ -12,19 +12,33 @@ std::string tq4_arm(const std::vector<int>& layers) {
   return layers.empty() ? "minima@tq4=none" : fmt::format("minima@tq4={}", fmt::join(layers, "+"));
 }
 
+namespace {
+
+// Stable, so equal gains keep layer order and the choice is deterministic.
+void sort_by_decreasing_gain(std::vector<LayerGain>& layers) {
+  std::stable_sort(layers.begin(), layers.end(),
+                   [](const LayerGain& a, const LayerGain& b) { return a.gain > b.gain; });
+}
+
+// An ascending layer set with one more layer, still ascending.
+std::vector<int> with_layer(std::vector<int> set, int layer) {
+  set.insert(std::upper_bound(set.begin(), set.end(), layer), layer);
+  return set;
+}
+
+}  // namespace
+
 std::vector<int> choose_tq4_layers(std::vector<LayerGain> layers, double kl_tq3, double kl_fp8,
                                    const CalibrationConfig& cfg,
                                    const std::function<double(const std::vector<int>&)>& compression) {
   std::vector<int> chosen;
   const double excess = kl_tq3 - kl_fp8;
   if (!(excess > 0)) return chosen;  // TQ3 already reads as well as FP8: nothing to buy
-  std::stable_sort(layers.begin(), layers.end(),
-                   [](const LayerGain& a, const LayerGain& b) { return a.gain > b.gain; });
+  sort_by_decreasing_gain(layers);
   for (const LayerGain& g : layers) {
     if (g.gain < cfg.min_gain * excess) break;  // sorted: no later layer gains more
-    std::vector<int> next = chosen;
-    next.insert(std::upper_bound(next.begin(), next.end(), g.layer), g.layer);
-    if (compression(next) >= cfg.min_compression) chosen = std::move(next);
+    const std::vector<int> next = with_layer(chosen, g.layer);
+    if (compression(next) >= cfg.min_compression) chosen = next;
   }
   return chosen;
 }
@@ -34,19 +48,17 @@ std::vector<int> top_up_tq4_layers(std::vector<int> chosen, double& kl_chosen, s
                                    const std::function<double(const std::vector<int>&)>& compression,
                                    const std::function<double(const std::vector<int>&)>& measure,
                                    std::vector<TopUp>& top_ups) {
-  std::stable_sort(layers.begin(), layers.end(),
-                   [](const LayerGain& a, const LayerGain& b) { return a.gain > b.gain; });
+  sort_by_decreasing_gain(layers);
   for (const LayerGain& g : layers) {
     if (!(cfg.target_ratio > 0) || kl_chosen <= cfg.target_ratio * kl_fp8) break;  // met, or never asked
     if (!(g.gain > 0)) break;  // sorted: no later layer helps on its own
     if (std::binary_search(chosen.begin(), chosen.end(), g.layer)) continue;
-    std::vector<int> next = chosen;
-    next.insert(std::upper_bound(next.begin(), next.end(), g.layer), g.layer);
+    const std::vector<int> next = with_layer(chosen, g.layer);
     if (compression(next) < cfg.min_compression) continue;  // a cheaper layer further down may still fit
     const double kl = measure(next);
     top_ups.push_back({next, kl});
     if (kl < kl_chosen) {
-      chosen = std::move(next);
+      chosen = next;
       kl_chosen = kl;
     }
   }
