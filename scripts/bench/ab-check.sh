@@ -10,6 +10,8 @@
 #   engine   - decode step and prefill of both builds at Qwen3-8B geometry, alternating (REPS times)
 #   kernels  - Nsight Compute: the new build's kernels of one decode step at 8K, batch 1, bf16 KV
 #   OLD=dir NEW=dir (packed builds); OUT=dir (default build/ab-check). The table is printed last.
+#   OLD_ENV / NEW_ENV: NAME=VALUE settings each side runs with (space-separated), so that one build can
+#   be compared with itself across a run-time switch, e.g. OLD=NEW=build/gpu-carry OLD_ENV=MINIMAKV_CUDA_OVERLAP=0.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=" ${PARTS:-tests identity decode engine kernels} "
@@ -22,11 +24,16 @@ mkdir -p "$OUT"
 BUILD=$NEW source scripts/gpu-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 date -u +"%Y-%m-%d %H:%M UTC" | tee -a "$OUT/gpu.txt"
-run() {  # build args... (each build with its own libraries first on the path)
-  local b=$1; shift
-  LD_LIBRARY_PATH="$b/runtime-libs:$LD_LIBRARY_PATH" "$@"
+OLD_ENV=${OLD_ENV:-}
+NEW_ENV=${NEW_ENV:-}
+run() {  # build args... (each build with its own libraries first on the path, and its side's settings)
+  local b=$1 settings=$NEW_ENV; shift
+  [[ "$side" == old ]] && settings=$OLD_ENV
+  # shellcheck disable=SC2086  # the settings are words on purpose
+  env $settings LD_LIBRARY_PATH="$b/runtime-libs:$LD_LIBRARY_PATH" "$@"
 }
 tests_rc=0
+side=new
 if part tests; then
   echo "== GPU tests (new build)"
   run "$NEW" "$NEW/tests/cuda_tests" --gtest_brief=1 >"$OUT/cuda_tests.log" 2>&1 || tests_rc=$?

@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
       throw std::runtime_error("the CUDA backend needs a GPU, and none is usable here");
     stream_ = std::make_shared<Stream>();
+    segment_begun_.emplace();
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     name_ = prop.name;
@@ -94,6 +95,10 @@ class CudaBackend final : public Backend {
     // MINIMAKV_CUDA_GEMV=0: one-row products through cuBLAS as well (the A/B of docs/benchmarks.md).
     const char* gv = std::getenv("MINIMAKV_CUDA_GEMV");
     gemv_on_ = !(gv && std::string_view(gv) == "0");
+    // MINIMAKV_CUDA_OVERLAP=0: a step's work in plain stream order, neither chained launches
+    // (cuda/chained_launch.cuh) nor early plan copies (the A/B of docs/benchmarks.md).
+    const char* ov = std::getenv("MINIMAKV_CUDA_OVERLAP");
+    overlap_on_ = !(ov && std::string_view(ov) == "0");
     const Rope rope(cfg);
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
@@ -407,6 +412,8 @@ class CudaBackend final : public Backend {
   enum class Mode { kEager, kRecord, kCapture, kReplay };
   // Ends the step's current segment (after a layer's attention): captured and launched, or replayed.
   void next_segment();
+  // Starts capturing segment i and marks where it begins (segment_begun_).
+  void begin_segment_capture(size_t i);
   void launch_segment(size_t i);
   bool replaying() const { return mode_ == Mode::kReplay; }
   // The pass's launches go into (or come from) graphs, its inputs through the step buffers.
@@ -455,6 +462,7 @@ class CudaBackend final : public Backend {
   // Graphs of decode steps.
   bool graphs_on_ = true;
   bool gemv_on_ = true;  // one-row BF16 products through our GEMV (cuda_gemv.h)
+  bool overlap_on_ = true;  // captured plan copies start where their layer's graph begins
   int q_heads_ = 0;
   cuda::DeviceArray<uint8_t> blas_ws_;
   Mode mode_ = Mode::kEager;
@@ -467,6 +475,7 @@ class CudaBackend final : public Backend {
   StepInput<cuda::AppendSlot> step_slots_;  // [layer][row]
   std::vector<StepGraph> segments_;  // [layer] up to its attention, then the rest of the pass
   size_t segment_ = 0;               // the one being captured or replayed
+  std::optional<Event> segment_begun_;  // recorded where the segment being captured begins
   bool graph_ready_ = false;         // segments_ hold a complete step for graph_key_ at graph_epoch_
   ForwardStats forward_stats_;
 };
@@ -523,9 +532,11 @@ void CudaBackend::attend(cache::ForwardStep& step, int layer, std::span<const Se
     phase.emplace(profile_, "att stage");
     ws.stage(plan, views);
     phase.reset();  // the segment's graph launch below is timed as its own phase
+    // The plan copy needs nothing the segment computes: it becomes a root of the segment's graph, run
+    // beside the layer's GEMVs instead of between the K/V append and the attention kernels.
     if (mode_ == Mode::kCapture)
       ws.launch(views, attend_buffers(q, *dev, layer, out, out_bf16), stream_->s,
-                cuda::DecodeWorkspace::LaunchSize::kCapacity);
+                cuda::DecodeWorkspace::LaunchSize::kCapacity, overlap_on_ ? segment_begun_->e : nullptr);
     paged_->record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
     return;
@@ -580,13 +591,18 @@ void CudaBackend::begin_forward(cache::ForwardStep& step, std::span<const SeqRow
     segments_.clear();
     segments_.resize(layers + 1);
     segment_ = 0;
-    segments_[0].begin_capture(stream_->s);
+    begin_segment_capture(0);
     graph_key_ = key;
     graph_epoch_ = epoch_;
   } else {
     mode_ = Mode::kReplay;
     segment_ = 0;
   }
+}
+
+void CudaBackend::begin_segment_capture(size_t i) {
+  segments_.at(i).begin_capture(stream_->s);
+  check(cudaEventRecord(segment_begun_->e, stream_->s), "segment capture: begin event");
 }
 
 void CudaBackend::launch_segment(size_t i) {
@@ -600,7 +616,7 @@ void CudaBackend::next_segment() {
   if (mode_ == Mode::kCapture) {
     segments_[segment_].end_capture(stream_->s, true);
     launch_segment(segment_);
-    segments_[segment_ + 1].begin_capture(stream_->s);
+    begin_segment_capture(segment_ + 1);
   } else {
     launch_segment(segment_);
   }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "minimakv/cuda/chained_launch.cuh"
 #include "minimakv/cuda/device_memory.h"
 
 namespace minimakv::backend::cuda_gemv {
@@ -24,6 +25,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const uint4* __restrict_
                                                          const uint4* __restrict__ w, int out,
                                                          float* __restrict__ y) {
   const int o0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
+  // W is a weight, which nothing in the pass writes: while the kernel before this one still runs, pull
+  // this block's rows into L2 (one 128-byte line per thread and step), then wait for x.
+  for (int r = 0; r < kRowsPerBlock && o0 + r < out; ++r)
+    for (int c = 8 * static_cast<int>(threadIdx.x); c < in8; c += 8 * kThreads)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + static_cast<size_t>(o0 + r) * in8 + c));
+  cuda::chain_begin();
   float acc[kRowsPerBlock] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll 2
@@ -73,8 +80,8 @@ bool gemv_applies(int n, int in, const void* x, const void* w) {
 void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s) {
   if (out <= 0) return;
   const unsigned blocks = static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock);
-  gemv_kernel<<<blocks, kThreads, 0, s>>>(reinterpret_cast<const uint4*>(x), in / 8, reinterpret_cast<const uint4*>(w),
-                                          out, y);
+  cuda::launch_chained(gemv_kernel, blocks, kThreads, 0, s, "gemv_bf16", reinterpret_cast<const uint4*>(x), in / 8,
+                       reinterpret_cast<const uint4*>(w), out, y);
   cuda::check(cudaGetLastError(), "gemv_bf16");
 }
 

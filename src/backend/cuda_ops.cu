@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "minimakv/backend/dummy_weights.h"
+#include "minimakv/cuda/chained_launch.cuh"
 #include "minimakv/cuda/device_memory.h"
 
 namespace minimakv::backend::cuda_ops {
@@ -18,12 +19,14 @@ unsigned blocks_for(size_t n) {
 }
 
 __global__ void embed_kernel(const float* table, int dim, const int32_t* ids, float* out) {
+  cuda::chain_begin();
   const float* src = table + static_cast<size_t>(ids[blockIdx.x]) * dim;
   float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
 }
 
 __global__ void embed_bf16_kernel(const __nv_bfloat16* table, int dim, const int32_t* ids, float* out) {
+  cuda::chain_begin();
   const __nv_bfloat16* src = table + static_cast<size_t>(ids[blockIdx.x]) * dim;
   float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
@@ -31,6 +34,7 @@ __global__ void embed_bf16_kernel(const __nv_bfloat16* table, int dim, const int
 
 // Two elements per thread: fp32 pairs to BF16 pairs, round to nearest even.
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, size_t n) {
+  cuda::chain_begin();
   const size_t i = 2 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (i + 1 < n) {
     const float2 v = *reinterpret_cast<const float2*>(x + i);
@@ -68,6 +72,7 @@ __device__ float inverse_rms(float ss, int dim, float eps) {
 
 // One block per row; the sum of squares in fp32, reduced through shared memory.
 __global__ void rmsnorm_kernel(float* x, int dim, const float* w, float eps) {
+  cuda::chain_begin();
   float* row = x + static_cast<size_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
@@ -114,6 +119,7 @@ __device__ inline float4 scaled(float4 a, float inv, float4 g) {
 }
 
 __global__ void rmsnorm_vec_kernel(float* __restrict__ x, int dim, const float* __restrict__ w, float eps) {
+  cuda::chain_begin();
   auto* row = reinterpret_cast<float4*>(x + static_cast<size_t>(blockIdx.x) * dim);
   const auto* w4 = reinterpret_cast<const float4*>(w);
   const int chunks = dim / 4;
@@ -131,6 +137,7 @@ __global__ void rmsnorm_vec_kernel(float* __restrict__ x, int dim, const float* 
 // cosine and sine are taken in double and rounded, as the CPU backend does.
 __global__ void rope_kernel(float* x, int rows, int heads, int head_dim, const uint32_t* positions,
                             const float* inv_freq) {
+  cuda::chain_begin();
   const int half = head_dim / 2;
   const size_t n = static_cast<size_t>(rows) * heads * half;
   const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -152,6 +159,7 @@ __global__ void rope_kernel(float* x, int rows, int heads, int head_dim, const u
 // rmsnorm run one after another.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bfloat16* hb, int dim, const float* w,
                                    float eps) {
+  cuda::chain_begin();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float* row = x + base;
   float ss = 0.0f;
@@ -176,6 +184,7 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bflo
 __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __restrict__ y, float* __restrict__ h,
                                        __nv_bfloat16* __restrict__ hb, int dim, const float* __restrict__ w,
                                        float eps) {
+  cuda::chain_begin();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   auto* row = reinterpret_cast<float4*>(x + base);
   const auto* w4 = reinterpret_cast<const float4*>(w);
@@ -217,6 +226,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __res
 __global__ void norm_rope_kernel(float* x, int heads, const float* w, unsigned blocks_x, float* x2, int heads2,
                                  const float* w2, int head_dim, float eps, const uint32_t* positions,
                                  const float* inv_freq) {
+  cuda::chain_begin();
   unsigned b = blockIdx.x;
   if (b >= blocks_x) {
     b -= blocks_x;
@@ -244,6 +254,7 @@ __global__ void norm_rope_kernel(float* x, int heads, const float* w, unsigned b
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, __nv_bfloat16* out_bf16, size_t n) {
+  cuda::chain_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = gate[i] / (1.0f + expf(-gate[i])) * up[i];
@@ -252,11 +263,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, __
 }
 
 __global__ void add_kernel(float* x, const float* y, size_t n) {
+  cuda::chain_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
 
 __global__ void gather_kernel(const float* x, int dim, const int32_t* rows, float* out) {
+  cuda::chain_begin();
   const float* src = x + static_cast<size_t>(rows[blockIdx.x]) * dim;
   float* dst = out + static_cast<size_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
@@ -275,19 +288,21 @@ bool vector_row(int dim, const void* a, const void* b, const void* c, const void
 
 void embed(const float* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
   if (rows == 0) return;
-  embed_kernel<<<rows, kThreads, 0, s>>>(table, dim, ids, out);
+  cuda::launch_chained(embed_kernel, rows, kThreads, 0, s, "embed_kernel", table, dim, ids, out);
   cuda::check(cudaGetLastError(), "embed");
 }
 
 void embed_bf16(const uint16_t* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
   if (rows == 0) return;
-  embed_bf16_kernel<<<rows, kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(table), dim, ids, out);
+  cuda::launch_chained(embed_bf16_kernel, rows, kThreads, 0, s, "embed_bf16_kernel",
+                       reinterpret_cast<const __nv_bfloat16*>(table), dim, ids, out);
   cuda::check(cudaGetLastError(), "embed_bf16");
 }
 
 void to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  to_bf16_kernel<<<blocks_for((n + 1) / 2), kThreads, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  cuda::launch_chained(to_bf16_kernel, blocks_for((n + 1) / 2), kThreads, 0, s, "to_bf16_kernel", x,
+                       reinterpret_cast<__nv_bfloat16*>(y), n);
   cuda::check(cudaGetLastError(), "to_bf16");
 }
 
@@ -304,9 +319,10 @@ void fill_dummy(void* w, size_t n, bool bf16, uint64_t seed, float scale, cudaSt
 void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s) {
   if (rows == 0) return;
   if (vector_row(dim, x, nullptr, nullptr, w))
-    rmsnorm_vec_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, dim, w, eps);
+    cuda::launch_chained(rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm_vec_kernel", x, dim,
+                         w, eps);
   else
-    rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, dim, w, eps);
+    cuda::launch_chained(rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm_kernel", x, dim, w, eps);
   cuda::check(cudaGetLastError(), "rmsnorm");
 }
 
@@ -314,13 +330,15 @@ void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions
           cudaStream_t s) {
   const size_t n = static_cast<size_t>(rows) * heads * (head_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, rows, heads, head_dim, positions, inv_freq);
+  cuda::launch_chained(rope_kernel, blocks_for(n), kThreads, 0, s, "rope_kernel", x, rows, heads, head_dim, positions,
+                       inv_freq);
   cuda::check(cudaGetLastError(), "rope");
 }
 
 void swiglu(const float* gate, const float* up, float* out, uint16_t* out_bf16, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, reinterpret_cast<__nv_bfloat16*>(out_bf16), n);
+  cuda::launch_chained(swiglu_kernel, blocks_for(n), kThreads, 0, s, "swiglu_kernel", gate, up, out,
+                       reinterpret_cast<__nv_bfloat16*>(out_bf16), n);
   cuda::check(cudaGetLastError(), "swiglu");
 }
 
@@ -328,11 +346,11 @@ void add_rmsnorm(float* x, const float* y, float* h, uint16_t* h_bf16, size_t ro
                  cudaStream_t s) {
   if (rows == 0) return;
   if (vector_row(dim, x, y, h, w))
-    add_rmsnorm_vec_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        x, y, h, reinterpret_cast<__nv_bfloat16*>(h_bf16), dim, w, eps);
+    cuda::launch_chained(add_rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm_vec_kernel",
+                         x, y, h, reinterpret_cast<__nv_bfloat16*>(h_bf16), dim, w, eps);
   else
-    add_rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, h, reinterpret_cast<__nv_bfloat16*>(h_bf16),
-                                                                        dim, w, eps);
+    cuda::launch_chained(add_rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm_kernel", x, y, h,
+                         reinterpret_cast<__nv_bfloat16*>(h_bf16), dim, w, eps);
   cuda::check(cudaGetLastError(), "add_rmsnorm");
 }
 
@@ -340,8 +358,9 @@ void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, floa
                const float* inv_freq, cudaStream_t s) {
   const auto blocks = static_cast<unsigned>(rows) * static_cast<unsigned>(heads);
   if (blocks == 0) return;
-  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(
-      x, heads, w, blocks, nullptr, 0, nullptr, head_dim, eps, positions, inv_freq);
+  cuda::launch_chained(norm_rope_kernel, blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s,
+                       "norm_rope_kernel", x, heads, w, blocks, nullptr, 0, nullptr, head_dim, eps, positions,
+                       inv_freq);
   cuda::check(cudaGetLastError(), "norm_rope");
 }
 
@@ -350,20 +369,21 @@ void norm_rope_qk(float* q, int q_heads, const float* wq, float* k, int k_heads,
   const auto blocks_q = static_cast<unsigned>(rows) * static_cast<unsigned>(q_heads);
   const auto blocks = blocks_q + static_cast<unsigned>(rows) * static_cast<unsigned>(k_heads);
   if (blocks == 0) return;
-  norm_rope_kernel<<<blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s>>>(
-      q, q_heads, wq, blocks_q, k, k_heads, wk, head_dim, eps, positions, inv_freq);
+  cuda::launch_chained(norm_rope_kernel, blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s,
+                       "norm_rope_kernel", q, q_heads, wq, blocks_q, k, k_heads, wk, head_dim, eps, positions,
+                       inv_freq);
   cuda::check(cudaGetLastError(), "norm_rope_qk");
 }
 
 void add(float* x, const float* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  cuda::launch_chained(add_kernel, blocks_for(n), kThreads, 0, s, "add_kernel", x, y, n);
   cuda::check(cudaGetLastError(), "add");
 }
 
 void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s) {
   if (n == 0) return;
-  gather_kernel<<<n, kThreads, 0, s>>>(x, dim, rows, out);
+  cuda::launch_chained(gather_kernel, n, kThreads, 0, s, "gather_kernel", x, dim, rows, out);
   cuda::check(cudaGetLastError(), "gather_rows");
 }
 

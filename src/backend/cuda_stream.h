@@ -40,6 +40,15 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
+// One event without timing, owned (a fork point of a captured graph).
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(e); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
 // Host time per phase of the backend's calls, for finding where a step's time goes; on when the
 // environment sets MINIMAKV_CUDA_PROFILE, printed to stderr when the backend is destroyed.
 class HostProfile {

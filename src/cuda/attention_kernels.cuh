@@ -12,6 +12,7 @@
 
 #include "attention_device.cuh"
 #include "minimakv/codec/page_format.h"
+#include "minimakv/cuda/chained_launch.cuh"
 #include "minimakv/cuda/decode_plan.h"
 
 namespace minimakv::cuda::detail {
@@ -31,6 +32,7 @@ namespace {
 // step launched at its workspace's capacity from a graph): rows past it are skipped.
 template <int D>
 __global__ void rotate_rows_kernel(AttendParams p, const int32_t* live_rows) {
+  chain_begin();
   const int row = blockIdx.x, hq = blockIdx.y;
   if (live_rows && row >= *live_rows) return;
   __shared__ float x[D];
@@ -52,6 +54,7 @@ template <int D, int Threads, int LoopWarps, int Unroll, int MinBlocks, bool Gro
 __global__ void __launch_bounds__(Threads, MinBlocks) merge_partials_kernel(AttendParams p, MergeParams mp) {
   constexpr int kWarps = Threads / 32, kPer = D / 32, kUnroll = Unroll;
   static_assert(Threads >= D && Threads % 32 == 0 && LoopWarps >= 1 && LoopWarps <= kWarps);
+  chain_begin();
   const int row = blockIdx.x, hq = blockIdx.y;
   if (mp.live_rows && row >= *mp.live_rows) return;
   __shared__ float x[D];

@@ -39,6 +39,11 @@ cudaStream_t ForkJoin::fork(cudaStream_t from) const {
   return side_;
 }
 
+cudaStream_t ForkJoin::fork_after(cudaEvent_t recorded) const {
+  check(cudaStreamWaitEvent(side_, recorded, 0), "ForkJoin::fork_after: wait");
+  return side_;
+}
+
 void ForkJoin::join(cudaStream_t into) const {
   check(cudaEventRecord(done_, side_), "ForkJoin::join: record");
   check(cudaStreamWaitEvent(into, done_, 0), "ForkJoin::join: wait");

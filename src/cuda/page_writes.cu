@@ -9,6 +9,7 @@
 #include "minimakv/codec/tq3.h"
 #include "minimakv/codec/tq4.h"
 #include "minimakv/cuda/page_writes.h"
+#include "minimakv/cuda/chained_launch.cuh"
 #include "tq3_convert.cuh"
 
 namespace minimakv::cuda {
@@ -137,6 +138,7 @@ struct Scratch {
 
 __global__ void append_kernel(PoolViews pools, int format, int H, int d, const float* k, const float* v,
                               const AppendSlot* slots, int n) {
+  chain_begin();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int vec = blockIdx.x * kWarpsPerBlock + warp;  // (token, head, K|V)
   if (vec >= n * H * 2) return;
@@ -240,8 +242,8 @@ void append_tokens(const PoolViews& pools, codec::PageFormat format, const codec
   validate(pools, geo, -1, static_cast<int>(format), "append_tokens");
   if (n_tokens <= 0) return;
   const int vecs = n_tokens * geo.kv_heads * 2;
-  append_kernel<<<(vecs + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream>>>(
-      pools, static_cast<int>(format), geo.kv_heads, geo.head_dim, k, v, slots, n_tokens);
+  launch_chained(append_kernel, (vecs + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream,
+                 "append_tokens", pools, static_cast<int>(format), geo.kv_heads, geo.head_dim, k, v, slots, n_tokens);
   check(cudaGetLastError(), "append_tokens");
 }
 

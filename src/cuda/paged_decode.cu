@@ -28,6 +28,7 @@ constexpr int kMergeThreads = 512;
 
 // One block per batch item: r_p = mean over query heads of each page's share / the head's total.
 __global__ void decode_page_score_kernel(StepParams p) {
+  chain_begin();
   const int b = blockIdx.x;
   if (b >= plan_batch(p.plan)) return;
   extern __shared__ double totals[];  // [q_heads]
@@ -77,6 +78,7 @@ constexpr int kMinBlocks = kRotatedFormat<F> ? (D == 256 ? 3 : 4) : (D == 256 ? 
 // TQ3 one, for every CTA) and saved no time per layer.
 template <codec::PageFormat F, int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<F, D>) decode_split_kernel(StepParams p) {
+  chain_begin();
   const auto* offs = reinterpret_cast<const int32_t*>(p.plan + p.off_seq);
   const int batch = plan_batch(p.plan);
   constexpr int fi = codec::format_index(F);
@@ -97,7 +99,7 @@ void launch_format(const StepParams& p, int max_splits, cudaStream_t st) {
     return true;
   }();
   (void)configured;
-  decode_split_kernel<F, D><<<dim3(max_splits, p.kv_heads), kThreads, bytes, st>>>(p);
+  launch_chained(decode_split_kernel<F, D>, dim3(max_splits, p.kv_heads), kThreads, bytes, st, "decode split", p);
 }
 
 template <int D>
@@ -123,13 +125,15 @@ void launch_all(const StepParams& p, int batch, const std::array<int, codec::kNu
   for (int f = 0; f < codec::kNumPageFormats; ++f) ((codec::kRotatedFormats >> f) & 1u ? tq3 : exact) |= splits[f] > 0;
   const cudaStream_t exact_st = tq3 && exact ? side.fork(st) : st;
   if (tq3)  // the staged plan's batch bounds the rows of a launch at capacity
-    rotate_rows_kernel<D><<<dim3(batch, p.q_heads), D, 0, st>>>(p, plan_batch_word(p.plan));
+    launch_chained(rotate_rows_kernel<D>, dim3(batch, p.q_heads), D, 0, st, "decode rotation", p,
+                   plan_batch_word(p.plan));
   launch_split<D>(p, splits, exact_st, st);
   if (tq3 && exact) side.join(st);
   const MergeParams mp{reinterpret_cast<const MergeRange*>(p.plan + p.off_merge), nullptr, plan_batch_word(p.plan), 1};
-  merge_partials_kernel<D, kMergeThreads, kMergeThreads / 32, D >= 256 ? 4 : 8, D >= 256 ? 1 : 2, false>
-      <<<dim3(batch, p.q_heads), kMergeThreads, 0, st>>>(p, mp);
-  if (p.score_acc) decode_page_score_kernel<<<batch, 256, sizeof(double) * p.q_heads, st>>>(p);
+  launch_chained(merge_partials_kernel<D, kMergeThreads, kMergeThreads / 32, D >= 256 ? 4 : 8, D >= 256 ? 1 : 2, false>,
+                 dim3(batch, p.q_heads), kMergeThreads, 0, st, "decode merge", p, mp);
+  if (p.score_acc)
+    launch_chained(decode_page_score_kernel, batch, 256, sizeof(double) * p.q_heads, st, "decode page scores", p);
 }
 
 }  // namespace
@@ -223,7 +227,7 @@ void DecodeWorkspace::stage(const DecodePlan& plan, const PoolViews& pools) {
 }
 
 void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream,
-                             LaunchSize size) const {
+                             LaunchSize size, cudaEvent_t plan_copy_from) const {
   require(io.q && io.signs && io.out, "DecodeWorkspace::launch: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "DecodeWorkspace::launch: page_m and page_l go together");
   require(!io.score_acc || (io.page_m && io.m && io.l),
@@ -232,6 +236,7 @@ void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io,
           "DecodeWorkspace::launch: per-page (m, l) needs a page-granular plan (make_decode_plan(..., page_granular = "
           "true))");
   const bool exact = size == LaunchSize::kStaged;
+  const cudaStream_t copy_st = plan_copy_from ? side_.fork_after(plan_copy_from) : stream;
   if (exact) {  // only the parts of the blob the staged plan fills
     const size_t parts[4][2] = {
         {0, off_seq_ + sizeof(int32_t) * codec::kNumPageFormats * (staged_batch_ + 1)},
@@ -241,12 +246,13 @@ void DecodeWorkspace::launch(const PoolViews& pools, const AttentionBuffers& io,
         {off_merge_, sizeof(MergeRange) * codec::kNumPageFormats * static_cast<size_t>(staged_batch_)}};
     for (const auto& [off, n] : parts)
       if (n)
-        check(cudaMemcpyAsync(plan_.get() + off, staging_.get() + off, n, cudaMemcpyHostToDevice, stream),
+        check(cudaMemcpyAsync(plan_.get() + off, staging_.get() + off, n, cudaMemcpyHostToDevice, copy_st),
               "DecodeWorkspace::launch: plan copy");
   } else {
-    check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, stream),
+    check(cudaMemcpyAsync(plan_.get(), staging_.get(), blob_bytes_, cudaMemcpyHostToDevice, copy_st),
           "DecodeWorkspace::launch: plan copy");
   }
+  if (plan_copy_from) side_.join(stream);
   const int batch = exact ? staged_batch_ : max_batch_;
   // At capacity, a format without a pool cannot be in any plan (stage() refuses it): no launch for it.
   std::array<int, codec::kNumPageFormats> splits = staged_splits_;

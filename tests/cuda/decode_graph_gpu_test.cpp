@@ -11,7 +11,9 @@ namespace {
 
 using codec::PageFormat;
 
-TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
+// early_plan_copy: the captured plan copy starts from an event recorded where the capture begins (a
+// root of the graph on the workspace's side stream, as the CUDA backend's step graphs capture it).
+void replay_after_changes(bool early_plan_copy) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
   const codec::PageGeometry geo{64, 2, 128};
@@ -25,6 +27,8 @@ TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
   cudaStream_t st;
   cuda::check(cudaStreamCreate(&st), "stream");
   cudaGraphExec_t exec = nullptr;
+  cudaEvent_t begun;
+  cuda::check(cudaEventCreateWithFlags(&begun, cudaEventDisableTiming), "event");
   std::normal_distribution<float> nd(0.0f, 1.0f);
   // Three rounds with different lengths and mixes; the graph is captured in round 0 only. The pool
   // views must stay the same, so all rounds share one pool big enough for every round.
@@ -58,7 +62,9 @@ TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
     if (round == 0) {
       cudaGraph_t graph;
       cuda::check(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
-      ws.launch(all.pool->views(), io, st);
+      cuda::check(cudaEventRecord(begun, st), "capture begins");
+      ws.launch(all.pool->views(), io, st, cuda::DecodeWorkspace::LaunchSize::kCapacity,
+                early_plan_copy ? begun : nullptr);
       cuda::check(cudaStreamEndCapture(st, &graph), "end capture");
       cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
       cuda::check(cudaGraphDestroy(graph), "graph destroy");
@@ -75,8 +81,13 @@ TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) {
     }
   }
   cudaGraphExecDestroy(exec);
+  cudaEventDestroy(begun);
   cudaStreamDestroy(st);
 }
+
+TEST(GpuDecodeGraph, ReplayAfterChangingMixAndLengthsMatchesReference) { replay_after_changes(false); }
+
+TEST(GpuDecodeGraph, ReplayWithThePlanCopyAsAGraphRootMatchesReference) { replay_after_changes(true); }
 
 }  // namespace
 }  // namespace minimakv

@@ -21,6 +21,9 @@ class ForkJoin {
 
   // The side stream, ordered after everything queued on `from` so far.
   cudaStream_t fork(cudaStream_t from) const;
+  // The side stream, ordered after what `recorded` marks (an event recorded earlier on the caller's
+  // stream): work that needs only that much may run beside everything queued since.
+  cudaStream_t fork_after(cudaEvent_t recorded) const;
   // Orders everything queued on `into` from now on after the side stream's work.
   void join(cudaStream_t into) const;
 

@@ -62,9 +62,14 @@ class DecodeWorkspace {
   // so a captured graph stays valid for any later stage() with the same pools; kStaged copies and
   // launches only what the staged plan uses (eager launches: a workspace sized for long prefill chunks
   // stays cheap for single-token decode steps).
+  // plan_copy_from, when given, is an event recorded on `stream` earlier, after which nothing queued
+  // reads or writes this workspace's device plan: the plan copy then runs on a side stream from that
+  // point, beside the work queued since, and only the kernels wait for it. (A captured decode step's
+  // layer records it where the layer's graph begins, so the copy is a root of the graph instead of a
+  // node between the K/V append and the attention.)
   enum class LaunchSize { kCapacity, kStaged };
   void launch(const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream,
-              LaunchSize size = LaunchSize::kCapacity) const;
+              LaunchSize size = LaunchSize::kCapacity, cudaEvent_t plan_copy_from = nullptr) const;
 
   const DecodeStats& stats() const { return stats_; }
   const DecodeShape& shape() const { return shape_; }
