@@ -3,13 +3,15 @@
 // the activation rounded to BF16 first, as the engine runs it) and with fp32 weights (SGEMM, the old
 // path), dummy values drawn on the device. Prints one JSON object per (dtype, projection, n): median
 // milliseconds over --reps timed batches and TFLOP/s. Then the decode step's GEMV chain in one CUDA
-// graph with fp32 and BF16 outputs. scripts/bench/bf16-engine.sh sets PyTorch's BF16 matmul and GEMV
-// chain at the same shapes beside it.
+// graph: through cuBLAS with fp32 and BF16 outputs, and through the engine's own GEMV on the engine's
+// shapes (q, k, v and gate, up fused), with 2 (the default), 4 and 8 output rows a block.
+// scripts/bench/bf16-engine.sh sets PyTorch's BF16 matmul and GEMV chains at the same shapes beside it.
 //   cuda_gemm_bench --config bench/configs/qwen3-8b/config.json --tokens 1,8,8192 [--reps 7]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/dummy_weights.h"
 #include "minimakv/model/config.h"
+#include "src/backend/cuda_gemv.h"
 
 namespace {
 
@@ -117,17 +120,8 @@ int main(int argc, char** argv) {
     void* y = nullptr;
     cudaMalloc(&y, static_cast<size_t>(widest) * 4);
     wait();
-    for (auto out_type : {CUDA_R_32F, CUDA_R_16BF}) {
-      const float one = 1.0f, zero = 0.0f;
-      auto chain = [&] {
-        for (int l = 0; l <= L; ++l)
-          for (int p = 0; p < (l < L ? 7 : 1); ++p) {
-            const Proj& pr = l < L ? projs[p] : projs[7];
-            const auto& w = weights[static_cast<size_t>(l < L ? 7 * l + p : 7 * L)];
-            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, pr.out, 1, pr.in, &one, w.raw(), CUDA_R_16BF, pr.in, x.raw(),
-                         CUDA_R_16BF, pr.in, &zero, y, out_type, pr.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-          }
-      };
+    // One graph of `chain` on st, replayed: median, min and max milliseconds a replay.
+    auto time_graph = [&](auto&& chain) {
       chain();
       cudaStreamSynchronize(st);
       cudaGraph_t g;
@@ -143,12 +137,54 @@ int main(int argc, char** argv) {
         cudaStreamSynchronize(st);
         if (r >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10);
       }
-      std::sort(ms.begin(), ms.end());
-      std::printf("{\"chain\": \"decode_b1\", \"out\": \"%s\", \"ms\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f}\n",
-                  out_type == CUDA_R_32F ? "fp32" : "bf16", ms[ms.size() / 2], ms.front(), ms.back());
       cudaGraphExecDestroy(ge);
       cudaGraphDestroy(g);
+      std::sort(ms.begin(), ms.end());
+      return std::array<double, 3>{ms[ms.size() / 2], ms.front(), ms.back()};
+    };
+    for (auto out_type : {CUDA_R_32F, CUDA_R_16BF}) {
+      const float one = 1.0f, zero = 0.0f;
+      auto chain = [&] {
+        for (int l = 0; l <= L; ++l)
+          for (int p = 0; p < (l < L ? 7 : 1); ++p) {
+            const Proj& pr = l < L ? projs[p] : projs[7];
+            const auto& w = weights[static_cast<size_t>(l < L ? 7 * l + p : 7 * L)];
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, pr.out, 1, pr.in, &one, w.raw(), CUDA_R_16BF, pr.in, x.raw(),
+                         CUDA_R_16BF, pr.in, &zero, y, out_type, pr.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          }
+      };
+      const auto t = time_graph(chain);
+      std::printf("{\"chain\": \"decode_b1\", \"out\": \"%s\", \"ms\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f}\n",
+                  out_type == CUDA_R_32F ? "fp32" : "bf16", t[0], t[1], t[2]);
     }
+    // The engine's GEMV on the engine's shapes: per layer q, k, v as one matrix, o, gate and up as one,
+    // down; then lm_head. fp32 output, as the engine's.
+    weights.clear();
+    const int fused_out[4] = {Q + 2 * KV, H, 2 * I, H}, fused_in[4] = {H, Q, H, I};
+    for (int l = 0; l < L; ++l)
+      for (int p = 0; p < 4; ++p)
+        weights.push_back(be->random_weight(static_cast<size_t>(fused_out[p]) * fused_in[p], 300 + 4 * l + p,
+                                            backend::kDummyWeightScale, backend::DType::kBF16));
+    weights.push_back(be->random_weight(static_cast<size_t>(V) * H, 98, backend::kDummyWeightScale, backend::DType::kBF16));
+    float* yf = nullptr;
+    cudaMalloc(&yf, static_cast<size_t>(std::max(widest, 2 * I)) * sizeof(float));
+    wait();
+    for (int rows : {2, 4, 8}) {
+      auto chain = [&] {
+        for (int l = 0; l <= L; ++l)
+          for (int p = 0; p < (l < L ? 4 : 1); ++p) {
+            const int out = l < L ? fused_out[p] : V, in = l < L ? fused_in[p] : H;
+            backend::cuda_gemv::gemv_bf16(static_cast<const uint16_t*>(x.raw()), in,
+                                          static_cast<const uint16_t*>(weights[static_cast<size_t>(l < L ? 4 * l + p : 4 * L)].raw()),
+                                          out, yf, st, rows);
+          }
+      };
+      const auto t = time_graph(chain);
+      std::printf("{\"chain\": \"decode_b1_gemv\", \"out\": \"fp32\", \"rows_per_block\": %d, \"ms\": %.4f, "
+                  "\"ms_min\": %.4f, \"ms_max\": %.4f}\n",
+                  rows, t[0], t[1], t[2]);
+    }
+    cudaFree(yf);
     cudaFree(y);
     cudaFree(ws);
     cublasDestroy(h);

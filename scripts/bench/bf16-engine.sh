@@ -76,7 +76,9 @@ if fused:
     if fused["ms"] < chain["ms"]:
         chain = fused  # the floor: the faster of the two chains over the same weights
 for x in chains:
-    print(f"decode GEMV chain b1 in one CUDA graph, cuBLAS BF16 -> {x['out']}: {x['ms']:.3f} ms"
+    who = (f"ours (q, k, v and gate, up fused; {x['rows_per_block']} rows a block)" if "rows_per_block" in x
+           else f"cuBLAS BF16 -> {x['out']}")
+    print(f"decode GEMV chain b1 in one CUDA graph, {who}: {x['ms']:.3f} ms [{x['ms_min']:.3f}, {x['ms_max']:.3f}]"
           + (f" (PyTorch's chain {chain['ms']:.3f} ms)" if chain else ""))
 dec = {w: [json.load(open(p)) for p in sorted(glob.glob(f"{out}/decode-{w}-r*.json"))] for w in ("bf16", "fp32")}
 if dec["bf16"]:

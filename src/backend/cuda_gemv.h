@@ -17,7 +17,13 @@ namespace minimakv::backend::cuda_gemv {
 
 // Whether the kernel takes the product: one row, in a multiple of 8, x and w 16-byte aligned.
 bool gemv_applies(int n, int in, const void* x, const void* w);
-// Queues the product on `s`; the caller checked gemv_applies.
-void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s);
+// Output rows a block computes: 2, measured on an H200 (docs/benchmarks.md: the decode step's GEMV
+// chain 4.16 ms with 2 rows a block, 4.19 with 4, 5.19 with 8); cuda_gemm_bench times 2, 4 and 8 side by
+// side, and MINIMAKV_CUDA_GEMV_ROWS=4|8 sets the engine's for comparisons.
+inline constexpr int kDefaultRowsPerBlock = 2;
+// Queues the product on `s`; the caller checked gemv_applies. rows_per_block: 2, 4 or 8; 0 is the
+// engine's choice (the default, or MINIMAKV_CUDA_GEMV_ROWS).
+void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s,
+               int rows_per_block = 0);
 
 }  // namespace minimakv::backend::cuda_gemv

@@ -91,7 +91,7 @@ constexpr int kMaxRegisterRow = kRowChunks * kThreads * 4;  // 8192 floats
 struct RegisterRow {
   float4 v[kRowChunks];
   // This thread's chunks of a row of `chunks` float4s (one load round trip for the whole row).
-  __device__ void load(const float4* row, int chunks) {
+  __device__ void load(const float4* __restrict__ row, int chunks) {
 #pragma unroll
     for (int j = 0; j < kRowChunks; ++j) {
       const int c = static_cast<int>(threadIdx.x) + j * kThreads;
@@ -119,17 +119,18 @@ __device__ inline float4 scaled(float4 a, float inv, float4 g) {
 }
 
 __global__ void rmsnorm_vec_kernel(float* __restrict__ x, int dim, const float* __restrict__ w, float eps) {
+  const int chunks = dim / 4;
+  RegisterRow g;  // the norm's weight: nothing in the pass writes it, so it loads before the wait
+  g.load(reinterpret_cast<const float4*>(w), chunks);
   cuda::chain_begin();
   auto* row = reinterpret_cast<float4*>(x + static_cast<size_t>(blockIdx.x) * dim);
-  const auto* w4 = reinterpret_cast<const float4*>(w);
-  const int chunks = dim / 4;
   RegisterRow r;
   r.load(row, chunks);
   const float inv = inverse_rms(r.sum_squares(chunks), dim, eps);
 #pragma unroll
   for (int j = 0; j < kRowChunks; ++j) {
     const int c = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (c < chunks) row[c] = scaled(r.v[j], inv, w4[c]);
+    if (c < chunks) row[c] = scaled(r.v[j], inv, g.v[j]);
   }
 }
 
@@ -184,11 +185,12 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, float* h, __nv_bflo
 __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __restrict__ y, float* __restrict__ h,
                                        __nv_bfloat16* __restrict__ hb, int dim, const float* __restrict__ w,
                                        float eps) {
+  const int chunks = dim / 4;
+  RegisterRow g;  // the norm's weight: nothing in the pass writes it, so it loads before the wait
+  g.load(reinterpret_cast<const float4*>(w), chunks);
   cuda::chain_begin();
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   auto* row = reinterpret_cast<float4*>(x + base);
-  const auto* w4 = reinterpret_cast<const float4*>(w);
-  const int chunks = dim / 4;
   RegisterRow r;
   r.load(row, chunks);
   if (y) {
@@ -208,7 +210,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __res
   for (int j = 0; j < kRowChunks; ++j) {
     const int c = static_cast<int>(threadIdx.x) + j * kThreads;
     if (c >= chunks) continue;
-    const float4 o = scaled(r.v[j], inv, w4[c]);
+    const float4 o = scaled(r.v[j], inv, g.v[j]);
     h4[c] = o;
     if (hb) {
       auto* hb2 = reinterpret_cast<__nv_bfloat162*>(hb + base) + 2 * c;
@@ -226,7 +228,6 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const float* __res
 __global__ void norm_rope_kernel(float* x, int heads, const float* w, unsigned blocks_x, float* x2, int heads2,
                                  const float* w2, int head_dim, float eps, const uint32_t* positions,
                                  const float* inv_freq) {
-  cuda::chain_begin();
   unsigned b = blockIdx.x;
   if (b >= blocks_x) {
     b -= blocks_x;
@@ -234,17 +235,22 @@ __global__ void norm_rope_kernel(float* x, int heads, const float* w, unsigned b
     heads = heads2;
     w = w2;
   }
+  // This thread's first norm weight and frequency (weights: nothing in the pass writes them, so they load
+  // before the wait).
+  const int t0 = static_cast<int>(threadIdx.x);
+  const float w0 = t0 < head_dim ? w[t0] : 0.0f, f0 = t0 < head_dim / 2 ? inv_freq[t0] : 0.0f;
+  cuda::chain_begin();
   extern __shared__ float vec[];
   float* v = x + static_cast<size_t>(b) * head_dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += v[i] * v[i];
   const float inv = inverse_rms(ss, head_dim, eps);
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vec[i] = v[i] * inv * w[i];
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vec[i] = v[i] * inv * (i == t0 ? w0 : w[i]);
   __syncthreads();
   const int half = head_dim / 2;
   const int row = static_cast<int>(b / static_cast<unsigned>(heads));
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = __fmul_rn(static_cast<float>(positions[row]), inv_freq[i]);
+    const float angle = __fmul_rn(static_cast<float>(positions[row]), i == t0 ? f0 : inv_freq[i]);
     const auto c = static_cast<float>(cos(static_cast<double>(angle)));
     const auto sn = static_cast<float>(sin(static_cast<double>(angle)));
     const float a = vec[i], b = vec[i + half];
