@@ -44,6 +44,7 @@
 #include "minimakv/backend/backend.h"
 #include "minimakv/backend/cpu_ops.h"
 #include "minimakv/codec/half.h"
+#include "minimakv/cuda/chained_launch.h"
 #include "minimakv/cuda/device_memory.h"
 #include "minimakv/cuda/device_pool.h"
 #include "minimakv/cuda/page_writes.h"
@@ -95,10 +96,6 @@ class CudaBackend final : public Backend {
     // MINIMAKV_CUDA_GEMV=0: one-row products through cuBLAS as well (the A/B of docs/benchmarks.md).
     const char* gv = std::getenv("MINIMAKV_CUDA_GEMV");
     gemv_on_ = !(gv && std::string_view(gv) == "0");
-    // MINIMAKV_CUDA_OVERLAP=0: a step's work in plain stream order, neither chained launches
-    // (cuda/chained_launch.cuh) nor early plan copies (the A/B of docs/benchmarks.md).
-    const char* ov = std::getenv("MINIMAKV_CUDA_OVERLAP");
-    overlap_on_ = !(ov && std::string_view(ov) == "0");
     const Rope rope(cfg);
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
@@ -462,7 +459,6 @@ class CudaBackend final : public Backend {
   // Graphs of decode steps.
   bool graphs_on_ = true;
   bool gemv_on_ = true;  // one-row BF16 products through our GEMV (cuda_gemv.h)
-  bool overlap_on_ = true;  // captured plan copies start where their layer's graph begins
   int q_heads_ = 0;
   cuda::DeviceArray<uint8_t> blas_ws_;
   Mode mode_ = Mode::kEager;
@@ -536,7 +532,7 @@ void CudaBackend::attend(cache::ForwardStep& step, int layer, std::span<const Se
     // beside the layer's GEMVs instead of between the K/V append and the attention kernels.
     if (mode_ == Mode::kCapture)
       ws.launch(views, attend_buffers(q, *dev, layer, out, out_bf16), stream_->s,
-                cuda::DecodeWorkspace::LaunchSize::kCapacity, overlap_on_ ? segment_begun_->e : nullptr);
+                cuda::DecodeWorkspace::LaunchSize::kCapacity, cuda::overlap_allowed() ? segment_begun_->e : nullptr);
     paged_->record(ws.stats());
     next_segment();  // queues the layer's launches while its pins are held
     return;

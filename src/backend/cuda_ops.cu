@@ -294,22 +294,19 @@ bool vector_row(int dim, const void* a, const void* b, const void* c, const void
 
 void embed(const float* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
   if (rows == 0) return;
-  cuda::launch_chained(embed_kernel, rows, kThreads, 0, s, "embed_kernel", table, dim, ids, out);
-  cuda::check(cudaGetLastError(), "embed");
+  cuda::launch_chained(embed_kernel, rows, kThreads, 0, s, "embed", table, dim, ids, out);
 }
 
 void embed_bf16(const uint16_t* table, int dim, const int32_t* ids, int rows, float* out, cudaStream_t s) {
   if (rows == 0) return;
-  cuda::launch_chained(embed_bf16_kernel, rows, kThreads, 0, s, "embed_bf16_kernel",
+  cuda::launch_chained(embed_bf16_kernel, rows, kThreads, 0, s, "embed_bf16",
                        reinterpret_cast<const __nv_bfloat16*>(table), dim, ids, out);
-  cuda::check(cudaGetLastError(), "embed_bf16");
 }
 
 void to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  cuda::launch_chained(to_bf16_kernel, blocks_for((n + 1) / 2), kThreads, 0, s, "to_bf16_kernel", x,
+  cuda::launch_chained(to_bf16_kernel, blocks_for((n + 1) / 2), kThreads, 0, s, "to_bf16", x,
                        reinterpret_cast<__nv_bfloat16*>(y), n);
-  cuda::check(cudaGetLastError(), "to_bf16");
 }
 
 void fill_dummy(void* w, size_t n, bool bf16, uint64_t seed, float scale, cudaStream_t s) {
@@ -325,39 +322,35 @@ void fill_dummy(void* w, size_t n, bool bf16, uint64_t seed, float scale, cudaSt
 void rmsnorm(float* x, size_t rows, int dim, const float* w, float eps, cudaStream_t s) {
   if (rows == 0) return;
   if (vector_row(dim, x, nullptr, nullptr, w))
-    cuda::launch_chained(rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm_vec_kernel", x, dim,
+    cuda::launch_chained(rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm", x, dim,
                          w, eps);
   else
-    cuda::launch_chained(rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm_kernel", x, dim, w, eps);
-  cuda::check(cudaGetLastError(), "rmsnorm");
+    cuda::launch_chained(rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "rmsnorm", x, dim, w, eps);
 }
 
 void rope(float* x, int rows, int heads, int head_dim, const uint32_t* positions, const float* inv_freq,
           cudaStream_t s) {
   const size_t n = static_cast<size_t>(rows) * heads * (head_dim / 2);
   if (n == 0) return;
-  cuda::launch_chained(rope_kernel, blocks_for(n), kThreads, 0, s, "rope_kernel", x, rows, heads, head_dim, positions,
+  cuda::launch_chained(rope_kernel, blocks_for(n), kThreads, 0, s, "rope", x, rows, heads, head_dim, positions,
                        inv_freq);
-  cuda::check(cudaGetLastError(), "rope");
 }
 
 void swiglu(const float* gate, const float* up, float* out, uint16_t* out_bf16, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  cuda::launch_chained(swiglu_kernel, blocks_for(n), kThreads, 0, s, "swiglu_kernel", gate, up, out,
+  cuda::launch_chained(swiglu_kernel, blocks_for(n), kThreads, 0, s, "swiglu", gate, up, out,
                        reinterpret_cast<__nv_bfloat16*>(out_bf16), n);
-  cuda::check(cudaGetLastError(), "swiglu");
 }
 
 void add_rmsnorm(float* x, const float* y, float* h, uint16_t* h_bf16, size_t rows, int dim, const float* w, float eps,
                  cudaStream_t s) {
   if (rows == 0) return;
   if (vector_row(dim, x, y, h, w))
-    cuda::launch_chained(add_rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm_vec_kernel",
+    cuda::launch_chained(add_rmsnorm_vec_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm",
                          x, y, h, reinterpret_cast<__nv_bfloat16*>(h_bf16), dim, w, eps);
   else
-    cuda::launch_chained(add_rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm_kernel", x, y, h,
+    cuda::launch_chained(add_rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, s, "add_rmsnorm", x, y, h,
                          reinterpret_cast<__nv_bfloat16*>(h_bf16), dim, w, eps);
-  cuda::check(cudaGetLastError(), "add_rmsnorm");
 }
 
 void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, float eps, const uint32_t* positions,
@@ -365,9 +358,8 @@ void norm_rope(float* x, int rows, int heads, int head_dim, const float* w, floa
   const auto blocks = static_cast<unsigned>(rows) * static_cast<unsigned>(heads);
   if (blocks == 0) return;
   cuda::launch_chained(norm_rope_kernel, blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s,
-                       "norm_rope_kernel", x, heads, w, blocks, nullptr, 0, nullptr, head_dim, eps, positions,
+                       "norm_rope", x, heads, w, blocks, nullptr, 0, nullptr, head_dim, eps, positions,
                        inv_freq);
-  cuda::check(cudaGetLastError(), "norm_rope");
 }
 
 void norm_rope_qk(float* q, int q_heads, const float* wq, float* k, int k_heads, const float* wk, int rows,
@@ -376,21 +368,18 @@ void norm_rope_qk(float* q, int q_heads, const float* wq, float* k, int k_heads,
   const auto blocks = blocks_q + static_cast<unsigned>(rows) * static_cast<unsigned>(k_heads);
   if (blocks == 0) return;
   cuda::launch_chained(norm_rope_kernel, blocks, kThreads, static_cast<size_t>(head_dim) * sizeof(float), s,
-                       "norm_rope_kernel", q, q_heads, wq, blocks_q, k, k_heads, wk, head_dim, eps, positions,
+                       "norm_rope_qk", q, q_heads, wq, blocks_q, k, k_heads, wk, head_dim, eps, positions,
                        inv_freq);
-  cuda::check(cudaGetLastError(), "norm_rope_qk");
 }
 
 void add(float* x, const float* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  cuda::launch_chained(add_kernel, blocks_for(n), kThreads, 0, s, "add_kernel", x, y, n);
-  cuda::check(cudaGetLastError(), "add");
+  cuda::launch_chained(add_kernel, blocks_for(n), kThreads, 0, s, "add", x, y, n);
 }
 
 void gather_rows(const float* x, int dim, const int32_t* rows, int n, float* out, cudaStream_t s) {
   if (n == 0) return;
-  cuda::launch_chained(gather_kernel, n, kThreads, 0, s, "gather_kernel", x, dim, rows, out);
-  cuda::check(cudaGetLastError(), "gather_rows");
+  cuda::launch_chained(gather_kernel, n, kThreads, 0, s, "gather_rows", x, dim, rows, out);
 }
 
 }  // namespace minimakv::backend::cuda_ops

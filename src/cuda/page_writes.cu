@@ -244,7 +244,6 @@ void append_tokens(const PoolViews& pools, codec::PageFormat format, const codec
   const int vecs = n_tokens * geo.kv_heads * 2;
   launch_chained(append_kernel, (vecs + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream,
                  "append_tokens", pools, static_cast<int>(format), geo.kv_heads, geo.head_dim, k, v, slots, n_tokens);
-  check(cudaGetLastError(), "append_tokens");
 }
 
 void convert_fp8_to_tq3(const PoolViews& pools, const codec::PageGeometry& geo, const float* signs,

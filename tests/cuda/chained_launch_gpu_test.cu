@@ -32,67 +32,73 @@ __global__ void copy_kernel(const int* src, int* dst, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
 }
 
-// Rounds of writer -> idle -> reader: the reader copies what the writer two launches before it wrote.
-void chain_rounds(cudaStream_t st, int* buf, int* out, int n, int first_value, int rounds) {
-  for (int r = 0; r < rounds; ++r) {
-    cuda::launch_chained(slow_write_kernel, 64, 256, 0, st, "slow write", buf, n, first_value + r * n, 200000LL);
-    cuda::launch_chained(idle_kernel, 1, 32, 0, st, "idle");
-    cuda::launch_chained(copy_kernel, 64, 256, 0, st, "copy", static_cast<const int*>(buf), out + r * n, n);
+// Rounds of writer -> idle -> reader on one stream: each reader copies what the writer two launches
+// before it wrote. Values start at a random first value, so a stale or poisoned copy cannot match.
+class ChainRounds {
+ public:
+  ChainRounds(int n, int rounds) : n_(n), rounds_(rounds), buf_(n), out_(static_cast<size_t>(n) * rounds) {
+    auto rng = testing::rng_for_test();
+    first_ = std::uniform_int_distribution<int>(1, 1 << 20)(rng);
+    cuda::check(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking), "stream");
   }
-}
+  ~ChainRounds() { cudaStreamDestroy(st_); }
+  cudaStream_t stream() const { return st_; }
+  // Clears the written buffer and poisons the copies, in stream order.
+  void reset() {
+    cuda::check(cudaMemsetAsync(buf_.get(), 0, buf_.bytes(), st_), "clear");
+    cuda::check(cudaMemsetAsync(out_.get(), 0xff, out_.bytes(), st_), "poison");
+  }
+  void queue() {
+    for (int r = 0; r < rounds_; ++r) {
+      cuda::launch_chained(slow_write_kernel, 64, 256, 0, st_, "slow write", buf_.get(), n_, first_ + r * n_,
+                           200000LL);
+      cuda::launch_chained(idle_kernel, 1, 32, 0, st_, "idle");
+      cuda::launch_chained(copy_kernel, 64, 256, 0, st_, "copy", static_cast<const int*>(buf_.get()),
+                           out_.get() + r * n_, n_);
+    }
+  }
+  // Waits for the stream and checks every copied value.
+  void expect_copied() {
+    cuda::check(cudaStreamSynchronize(st_), "sync");
+    std::vector<int> got(static_cast<size_t>(n_) * rounds_);
+    cuda::check(cudaMemcpy(got.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost), "download");
+    int wrong = 0;
+    for (int r = 0; r < rounds_; ++r)
+      for (int i = 0; i < n_; ++i) wrong += got[static_cast<size_t>(r) * n_ + i] != first_ + r * n_ + i;
+    EXPECT_EQ(wrong, 0) << "of " << rounds_ * n_ << " values copied (chained launches "
+                        << (cuda::chained_launches() ? "on" : "off") << ")";
+  }
 
-void expect_rounds(const std::vector<int>& got, int n, int first_value, int rounds) {
-  int wrong = 0;
-  for (int r = 0; r < rounds; ++r)
-    for (int i = 0; i < n; ++i) wrong += got[static_cast<size_t>(r) * n + i] != first_value + r * n + i;
-  EXPECT_EQ(wrong, 0) << "of " << rounds * n << " values copied (chained launches "
-                      << (cuda::chained_launches() ? "on" : "off") << ")";
-}
+ private:
+  int n_, rounds_, first_ = 0;
+  cuda::DeviceArray<int> buf_, out_;
+  cudaStream_t st_ = nullptr;
+};
 
 TEST(ChainedLaunch, EachKernelSeesWhatEveryKernelBeforeItWrote) {
   MINIMAKV_SEED_TRACE();
-  auto rng = testing::rng_for_test();
-  const int n = 1 << 14, rounds = 8;
-  const int first = static_cast<int>(std::uniform_int_distribution<int>(1, 1 << 20)(rng));
-  cuda::DeviceArray<int> buf(n), out(static_cast<size_t>(n) * rounds);
-  cuda::check(cudaMemset(buf.get(), 0, buf.bytes()), "clear");
-  cuda::check(cudaMemset(out.get(), 0xff, out.bytes()), "poison");
-  cudaStream_t st;
-  cuda::check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-  chain_rounds(st, buf.get(), out.get(), n, first, rounds);
-  cuda::check(cudaStreamSynchronize(st), "sync");
-  std::vector<int> got(static_cast<size_t>(n) * rounds);
-  cuda::check(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost), "download");
-  expect_rounds(got, n, first, rounds);
-  cudaStreamDestroy(st);
+  ChainRounds chain(1 << 14, 8);
+  chain.reset();
+  chain.queue();
+  chain.expect_copied();
 }
 
 TEST(ChainedLaunch, ACapturedChainReplaysWithTheSameResults) {
   MINIMAKV_SEED_TRACE();
-  auto rng = testing::rng_for_test();
-  const int n = 1 << 12, rounds = 4;
-  const int first = static_cast<int>(std::uniform_int_distribution<int>(1, 1 << 20)(rng));
-  cuda::DeviceArray<int> buf(n), out(static_cast<size_t>(n) * rounds);
-  cudaStream_t st;
-  cuda::check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  ChainRounds chain(1 << 12, 4);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  cuda::check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
-  chain_rounds(st, buf.get(), out.get(), n, first, rounds);
-  cuda::check(cudaStreamEndCapture(st, &graph), "end capture");
+  cuda::check(cudaStreamBeginCapture(chain.stream(), cudaStreamCaptureModeThreadLocal), "capture");
+  chain.queue();
+  cuda::check(cudaStreamEndCapture(chain.stream(), &graph), "end capture");
   cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   for (int replay = 0; replay < 3; ++replay) {
-    cuda::check(cudaMemsetAsync(buf.get(), 0, buf.bytes(), st), "clear");
-    cuda::check(cudaMemsetAsync(out.get(), 0xff, out.bytes(), st), "poison");
-    cuda::check(cudaGraphLaunch(exec, st), "replay");
-    cuda::check(cudaStreamSynchronize(st), "sync");
-    std::vector<int> got(static_cast<size_t>(n) * rounds);
-    cuda::check(cudaMemcpy(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost), "download");
-    expect_rounds(got, n, first, rounds);
+    chain.reset();
+    cuda::check(cudaGraphLaunch(exec, chain.stream()), "replay");
+    chain.expect_copied();
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // (griddepcontrol.wait) until the predecessor has finished and its writes are visible, and may do
 // meanwhile what needs nothing from it (the GEMV prefetches its weights into L2).
 //
-// Owns: the device-side protocol and the host launch helper. Invariants, which every kernel launched
+// Owns: the device-side protocol and the host launch helper (whether launches are chained is
+// chained_launch.h's, which host-only code reads too). Invariants, which every kernel launched
 // through launch_chained() keeps:
 //   - chain_begin() is its first statement, before any early return and before it reads or writes any
 //     memory a kernel earlier in the stream writes or reads. (An early return before it could let the
@@ -23,10 +24,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
+#include "minimakv/cuda/chained_launch.h"
 #include "minimakv/cuda/device_memory.h"
 
 namespace minimakv::cuda {
@@ -37,20 +37,6 @@ __device__ __forceinline__ void chain_begin() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// Whether launches are chained: on a GPU of compute capability 9.0 or later unless MINIMAKV_CUDA_OVERLAP=0
-// (for comparisons; the CUDA backend's step graphs read it too). Decided once per process.
-inline bool chained_launches() {
-  static const bool on = [] {
-    const char* env = std::getenv("MINIMAKV_CUDA_OVERLAP");
-    if (env && std::string_view(env) == "0") return false;
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-    return major >= 9;
-  }();
-  return on;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the stream's previous kernel
