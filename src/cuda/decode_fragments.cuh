@@ -33,21 +33,33 @@ __device__ inline int qk_dim(int ks, int t) {
     return 16 * ks + 4 * t;
 }
 
+// Bits [from, from + width) of x moved to [to, to + width), `mask` selecting them there. from and to are
+// constants once the callers' loops unroll, so this is one shift (a funnel shift where the bits straddle
+// two words) and one AND.
+__device__ __forceinline__ uint32_t move_bits(uint64_t x, int from, int to, uint32_t mask) {
+  const uint64_t y = from >= to ? x >> (from - to) : x << (to - from);
+  return static_cast<uint32_t>(y) & mask;
+}
+
+// The level-pair table word at shared address `at`. The table's shared address is aligned to its size
+// (attend_split), so a caller forms `at` as (scaled index | table base): one AND-OR (LOP3) per lookup
+// instead of a mask and an address add.
+__device__ __forceinline__ uint32_t level_pair_at(uint32_t at) {
+  uint32_t v;
+  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(at));
+  return v;
+}
+
+// Fills a level-pair table entry at shared address `at` (before the block's barrier).
+__device__ __forceinline__ void store_shared_u32(uint32_t at, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(v) : "memory");
+}
+
 // Codes [16 t, 16 t + 16) of 64-code chunk c of a staged TQ3 row, 3 bits each from bit 0.
 __device__ inline uint64_t tq3_codes16(const uint8_t* row, int c, int t) {
   const auto* w = reinterpret_cast<const uint32_t*>(row) + 6 * c + ((3 * t) >> 1);
   const uint64_t v = (static_cast<uint64_t>(w[1]) << 32) | w[0];
   return v >> (16 * (t & 1));
-}
-
-// The 12 bits of codes [d, d + 4) of a staged TQ3 row of D codes (d a multiple of 4).
-template <int D>
-__device__ inline uint32_t tq3_codes4(const uint8_t* row, int d) {
-  constexpr int kWords = 3 * D / 32;
-  const auto* w = reinterpret_cast<const uint32_t*>(row);
-  const int bit = 3 * d, wi = bit >> 5;
-  const uint32_t hi = wi + 1 < kWords ? w[wi + 1] : 0u;
-  return __funnelshift_r(w[wi], hi, bit & 31) & 0xfffu;
 }
 
 // The MMA of format F's fragments: bf16 for BF16 pages, fp16 for FP8, TQ3 and TQ4.
@@ -80,18 +92,18 @@ __device__ inline void split_terms(float x0, float x1, uint32_t (&r)[N]) {
 }
 
 // The QK fragments (A operand) of k-steps [4 c, 4 c + 4) for lane (g, t): rows r0 (token g of the
-// block) and r1 (token g + 8). pairs: the TQ3 (64) or TQ4 (256) level-pair table.
+// block) and r1 (token g + 8). pairs: the shared address of the TQ3 (64) or TQ4 (256) level-pair table.
 template <codec::PageFormat F, int D>
-__device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, const uint32_t* pairs,
+__device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, uint32_t pairs,
                                 uint32_t (&a)[4][4]) {
   if constexpr (F == codec::PageFormat::kTq3) {
     const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      a[kk][0] = pairs[(v0 >> (12 * kk)) & 63u];
-      a[kk][1] = pairs[(v1 >> (12 * kk)) & 63u];
-      a[kk][2] = pairs[(v0 >> (12 * kk + 6)) & 63u];
-      a[kk][3] = pairs[(v1 >> (12 * kk + 6)) & 63u];
+    for (int kk = 0; kk < 4; ++kk) {  // codes 4 kk, 4 kk + 1 (bits 12 kk ..) and 4 kk + 2, 4 kk + 3
+      a[kk][0] = level_pair_at(move_bits(v0, 12 * kk, 2, 0xfcu) | pairs);
+      a[kk][1] = level_pair_at(move_bits(v1, 12 * kk, 2, 0xfcu) | pairs);
+      a[kk][2] = level_pair_at(move_bits(v0, 12 * kk + 6, 2, 0xfcu) | pairs);
+      a[kk][3] = level_pair_at(move_bits(v1, 12 * kk + 6, 2, 0xfcu) | pairs);
     }
   } else if constexpr (F == codec::PageFormat::kTq4) {
     // Dims 16 ks + 4 t .. + 3 are the two bytes at 8 ks + 2 t; a byte is two codes, one table word.
@@ -100,10 +112,10 @@ __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int
       const int ks = 4 * c + kk;
       const uint32_t w0 = *reinterpret_cast<const uint16_t*>(r0 + 8 * ks + 2 * t);
       const uint32_t w1 = *reinterpret_cast<const uint16_t*>(r1 + 8 * ks + 2 * t);
-      a[kk][0] = pairs[w0 & 255u];
-      a[kk][1] = pairs[w1 & 255u];
-      a[kk][2] = pairs[w0 >> 8];
-      a[kk][3] = pairs[w1 >> 8];
+      a[kk][0] = level_pair_at(move_bits(w0, 0, 2, 0x3fcu) | pairs);
+      a[kk][1] = level_pair_at(move_bits(w1, 0, 2, 0x3fcu) | pairs);
+      a[kk][2] = level_pair_at(move_bits(w0, 8, 2, 0x3fcu) | pairs);
+      a[kk][3] = level_pair_at(move_bits(w1, 8, 2, 0x3fcu) | pairs);
     }
   } else if constexpr (F == codec::PageFormat::kFp8) {
 #pragma unroll
@@ -130,49 +142,106 @@ __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int
   }
 }
 
-// The PV fragments of a rotated format from its level-pair lookup pair(ja, jb, e): the levels of dim
-// d + e of tokens t + 4 ja (low half) and t + 4 jb (high half) as one fp16x2 register.
-template <class Pair>
-__device__ inline void pv_from_pairs(const Pair& pair, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
-  a0[0] = pair(0, 1, 0);
-  a0[1] = pair(0, 1, 1);
-  a0[2] = pair(2, 3, 0);
-  a0[3] = pair(2, 3, 1);
-  a1[0] = pair(0, 1, 2);
-  a1[1] = pair(0, 1, 3);
-  a1[2] = pair(2, 3, 2);
-  a1[3] = pair(2, 3, 3);
+// ---- PV: V^T fragments ----
+//
+// Lane (g, t) owns D / 8 output dims as D / 32 blocks k of four (row blocks 2 k: dims +0, +1 and
+// 2 k + 1: +2, +3 of the block), and reads the V codes of tokens t + 4 j (j = 0..3) of each 16-token
+// k-step. Its dims come in PvGroup::kLoads runs of kDims contiguous dims, run q at kDims (8 q + g): a
+// lane loads one run of a token row at once (two words of TQ3, one 4- or 8-byte load of TQ4, one 16-byte
+// load of FP8 or BF16) and builds the run's blocks from registers. Runs of neighbouring lanes are
+// adjacent, so the 16-byte loads of a quarter warp (t = 0..3, two g) land on 8 distinct bank groups with
+// the V strides of TileGeom.
+template <codec::PageFormat F, int D>
+struct PvGroup {
+  static constexpr int kBits = codec::format_spec(F).code_bits;
+  // Dims of one run: 16 bytes of BF16 or FP8 (8 at head_dim 64); TQ3 16 codes; TQ4 16, or 8 at head_dim
+  // 256, where the wider loads cost the kernel spills.
+  static constexpr int kDims = F == codec::PageFormat::kBf16                 ? 8
+                               : F == codec::PageFormat::kTq4 && D >= 256 ? 8
+                               : D / 8 < 16                               ? D / 8
+                                                                          : 16;
+  static constexpr int kBlocks = kDims / 4;     // blocks k of one run
+  static constexpr int kLoads = D / 8 / kDims;  // runs per lane
+  // Registers of one run; TQ3 keeps a 64-bit window, its codes from bit 0.
+  static constexpr int kWords = F == codec::PageFormat::kTq3 ? 2 : kDims * kBits / 32;
+};
+
+// The first dim of block k of lane g's output rows.
+template <codec::PageFormat F, int D>
+__device__ inline int pv_dim(int k, int g) {
+  using PG = PvGroup<F, D>;
+  return PG::kDims * (8 * (k / PG::kBlocks) + g) + 4 * (k % PG::kBlocks);
 }
 
-// The PV fragments (A operand, V^T) of output dims d .. d + 3 (row blocks a0: d, d + 1 and a1: d + 2,
-// d + 3) for lane (g, t) over the 16 tokens of k-step kt: tokens t + 4 j at vrow + (16 kt + 4 j) stride.
-// Tokens at or past n are read as zero: a padding row may hold NaN codes (its P is 0).
+// The codes of run q (dims kDims (8 q + g) ..) of the staged token row `row`; BF16 and FP8 rows of
+// padding tokens (valid false) as zero, since their codes may be NaN. TQ3 and TQ4 codes are finite levels
+// whatever the bytes, so theirs are read regardless.
 template <codec::PageFormat F, int D>
-__device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int d, int t, int n, const uint32_t* pairs,
-                                    uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+__device__ inline void pv_load(const uint8_t* row, int g, int q, bool valid, uint32_t (&w)[PvGroup<F, D>::kWords]) {
+  using PG = PvGroup<F, D>;
+  const int dim0 = PG::kDims * (8 * q + g);
   if constexpr (F == codec::PageFormat::kTq3) {
-    uint32_t c[4];  // TQ3 codes are always finite levels: padding rows need no mask
+    constexpr int kRowWords = 3 * D / 32;
+    const auto* rw = reinterpret_cast<const uint32_t*>(row);
+    const int bit = 3 * dim0, wi = bit >> 5;  // bit % 32 is 0, 8, 16 or 24: 48 (or 24) bits fit in two words
+    const uint32_t hi = wi + 1 < kRowWords ? rw[wi + 1] : 0u;
+    const uint64_t v = ((static_cast<uint64_t>(hi) << 32) | rw[wi]) >> (bit & 31);
+    w[0] = static_cast<uint32_t>(v);
+    w[1] = static_cast<uint32_t>(v >> 32);
+  } else {
+    const uint8_t* src = row + dim0 * PG::kBits / 8;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c[j] = tq3_codes4<D>(vrow + (16 * kt + 4 * j) * stride, d);
-    auto pair = [&](int ja, int jb, int e) {
-      return pairs[((c[ja] >> (3 * e)) & 7u) | (((c[jb] >> (3 * e)) & 7u) << 3)];
-    };
-    pv_from_pairs(pair, a0, a1);
-  } else if constexpr (F == codec::PageFormat::kTq4) {
-    uint32_t c[4];  // dims d .. d + 3 of tokens t + 4 j: 16 bits each; finite levels, no padding mask
+    for (int i = 0; i < PG::kWords; i += 4 <= PG::kWords ? 4 : PG::kWords) {
+      if constexpr (PG::kWords >= 4) {
+        const uint4 x = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint4*>(src + 4 * i) : make_uint4(0, 0, 0, 0);
+        w[i] = x.x;
+        w[i + 1] = x.y;
+        w[i + 2] = x.z;
+        w[i + 3] = x.w;
+      } else if constexpr (PG::kWords == 2) {
+        const uint2 x = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint2*>(src) : make_uint2(0, 0);
+        w[0] = x.x;
+        w[1] = x.y;
+      } else {
+        w[0] = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint32_t*>(src) : 0u;
+      }
+    }
+  }
+}
+
+// The PV fragments (A operand, V^T) of block kk of a run (rows a0: dims 4 kk, 4 kk + 1 and a1: 4 kk + 2,
+// 4 kk + 3 of it) over one 16-token k-step, from the loaded codes w[j] of tokens t + 4 j. A register
+// holds one dim of tokens t + 4 ja (low half) and t + 4 jb (high half): (ja, jb) = (0, 1) for k columns
+// 2 t, 2 t + 1 and (2, 3) for 2 t + 8, 2 t + 9, the order P's fragments use (decode_split.cuh).
+template <codec::PageFormat F, int D>
+__device__ inline void pv_block(const uint32_t (&w)[4][PvGroup<F, D>::kWords], int kk, uint32_t pairs,
+                                uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  if constexpr (kRotatedFormat<F>) {
+    // c[j]: the codes of dims 4 kk .. 4 kk + 3 of token row j, from bit 0.
+    constexpr int B = PvGroup<F, D>::kBits;
+    uint32_t c[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c[j] = *reinterpret_cast<const uint16_t*>(vrow + (16 * kt + 4 * j) * stride + d / 2);
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t v = (static_cast<uint64_t>(w[j][PvGroup<F, D>::kWords - 1]) << 32) | w[j][0];
+      c[j] = static_cast<uint32_t>(PvGroup<F, D>::kWords == 1 ? w[j][0] >> (4 * B * kk) : v >> (4 * B * kk));
+    }
+    // Entry (code of ja) | (code of jb) << B, scaled by 4 and or-ed into the table's aligned address.
     auto pair = [&](int ja, int jb, int e) {
-      return pairs[((c[ja] >> (4 * e)) & 15u) | (((c[jb] >> (4 * e)) & 15u) << 4)];
+      constexpr uint32_t lo = ((1u << B) - 1) << 2, hi = lo << B;
+      return level_pair_at(move_bits(c[ja], B * e, 2, lo) | move_bits(c[jb], B * e, 2 + B, hi) | pairs);
     };
-    pv_from_pairs(pair, a0, a1);
+    a0[0] = pair(0, 1, 0);
+    a0[1] = pair(0, 1, 1);
+    a0[2] = pair(2, 3, 0);
+    a0[3] = pair(2, 3, 1);
+    a1[0] = pair(0, 1, 2);
+    a1[1] = pair(0, 1, 3);
+    a1[2] = pair(2, 3, 2);
+    a1[3] = pair(2, 3, 3);
   } else if constexpr (F == codec::PageFormat::kFp8) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint32_t*>(vrow + (16 * kt + 4 * j) * stride + d) : 0u;
-    const uint32_t x01 = __byte_perm(w[0], w[1], 0x5140), y01 = __byte_perm(w[0], w[1], 0x7362);
-    const uint32_t x23 = __byte_perm(w[2], w[3], 0x5140), y23 = __byte_perm(w[2], w[3], 0x7362);
+    // Word kk of each row: E4M3 bytes of dims 4 kk .. 4 kk + 3.
+    const uint32_t x01 = __byte_perm(w[0][kk], w[1][kk], 0x5140), y01 = __byte_perm(w[0][kk], w[1][kk], 0x7362);
+    const uint32_t x23 = __byte_perm(w[2][kk], w[3][kk], 0x5140), y23 = __byte_perm(w[2][kk], w[3][kk], 0x7362);
     a0[0] = fp8x2_to_half2(x01);
     a0[1] = fp8x2_to_half2(x01 >> 16);
     a0[2] = fp8x2_to_half2(x23);
@@ -182,20 +251,16 @@ __device__ inline void pv_fragments(const uint8_t* vrow, int stride, int kt, int
     a1[2] = fp8x2_to_half2(y23);
     a1[3] = fp8x2_to_half2(y23 >> 16);
   } else {
-    uint2 w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = 16 * kt + t + 4 * j < n ? *reinterpret_cast<const uint2*>(vrow + (16 * kt + 4 * j) * stride + 2 * d)
-                                     : make_uint2(0u, 0u);
-    // bf16 of dim d (low half) and d + 1 (high half) of tokens (t, t + 4) and (t + 8, t + 12).
-    a0[0] = __byte_perm(w[0].x, w[1].x, 0x5410);
-    a0[1] = __byte_perm(w[0].x, w[1].x, 0x7632);
-    a0[2] = __byte_perm(w[2].x, w[3].x, 0x5410);
-    a0[3] = __byte_perm(w[2].x, w[3].x, 0x7632);
-    a1[0] = __byte_perm(w[0].y, w[1].y, 0x5410);
-    a1[1] = __byte_perm(w[0].y, w[1].y, 0x7632);
-    a1[2] = __byte_perm(w[2].y, w[3].y, 0x5410);
-    a1[3] = __byte_perm(w[2].y, w[3].y, 0x7632);
+    // Words 2 kk (dims 4 kk, 4 kk + 1) and 2 kk + 1 (4 kk + 2, 4 kk + 3) of each row, bf16 pairs.
+    const int x = 2 * kk, y = 2 * kk + 1;
+    a0[0] = __byte_perm(w[0][x], w[1][x], 0x5410);
+    a0[1] = __byte_perm(w[0][x], w[1][x], 0x7632);
+    a0[2] = __byte_perm(w[2][x], w[3][x], 0x5410);
+    a0[3] = __byte_perm(w[2][x], w[3][x], 0x7632);
+    a1[0] = __byte_perm(w[0][y], w[1][y], 0x5410);
+    a1[1] = __byte_perm(w[0][y], w[1][y], 0x7632);
+    a1[2] = __byte_perm(w[2][y], w[3][y], 0x5410);
+    a1[3] = __byte_perm(w[2][y], w[3][y], 0x7632);
   }
 }
 

@@ -214,6 +214,9 @@ struct TileGeom {
   // BF16 rows, and FP8 V rows, a stride of 8 words mod 32 (each half-warp phase on 32 distinct banks).
   static constexpr int kKStride =
       F == codec::PageFormat::kBf16 ? kRow + 32 : ((kRow / kPiece) % 2 == 1 ? kRow : kRow + kPiece);
+  // V rows but TQ3's take 32 bytes more than a row: where rows are whole 128-byte lines (BF16, FP8 at
+  // head_dim >= 128) the 16-byte run loads of a quarter warp (rows t = 0..3 of two neighbouring runs,
+  // decode_fragments.cuh, PvGroup) then fall on 8 distinct bank groups. TQ3 rows are read as words.
   static constexpr int kVStride = F == codec::PageFormat::kTq3 ? kRow : kRow + 32;
   static constexpr int kSlot = TT * (kKStride > kVStride ? kKStride : kVStride);
   // Tiles in flight: as asked, but no more than 210 KB of rings per CTA hold (the rest of the 227 KB
@@ -234,24 +237,27 @@ struct TileGeom {
 // quad table, four codes to two registers with one lookup, measured 1.4-1.7x slower on an H200: random
 // 8-byte lookups into 32 KB conflict on the banks; docs/benchmarks.md.)
 // TQ4: a 256-entry table, one byte (two codes) to one register.
+// The table is a static shared array (attend_split), not a slice of the dynamic block: its base is then
+// a uniform register and a lookup needs no address arithmetic beyond its scaled index.
 template <codec::PageFormat F>
-inline constexpr size_t kLevelTableBytes = F == codec::PageFormat::kTq3   ? sizeof(uint32_t) * 64
-                                           : F == codec::PageFormat::kTq4 ? sizeof(uint32_t) * 256
-                                                                          : 0;
+inline constexpr int kLevelPairs = F == codec::PageFormat::kTq3 ? 64 : F == codec::PageFormat::kTq4 ? 256 : 1;
+template <codec::PageFormat F>
+inline constexpr size_t kLevelTableBytes = kRotatedFormat<F> ? sizeof(uint32_t) * kLevelPairs<F> : 0;
 
-// Dynamic shared memory: [query fragments | ps | red_m | red_l | TQ3 level pairs | rings or red_acc].
+// Dynamic shared memory: [query fragments | ps | red_m | red_l | rings or red_acc]; the level-pair table
+// is static (above).
 template <codec::PageFormat F, int D>
 struct SplitSmem {
   static constexpr size_t kQf = 0;  // uint2 [D / 16][terms][32]: per k-step, term and lane {b0, b1}
   static constexpr size_t kPs = kQf + sizeof(uint2) * (D / 16) * kQueryTerms<F> * 32;
   static constexpr size_t kRedM = kPs + sizeof(float) * kWarps * TileGeom<F, D>::TT * kMmaCols;
   static constexpr size_t kRedL = kRedM + sizeof(float) * kWarps * kMmaCols;
-  static constexpr size_t kTable = (kRedL + sizeof(float) * kWarps * kMmaCols + 15) / 16 * 16;
-  static constexpr size_t kRing = (kTable + kLevelTableBytes<F> + 15) / 16 * 16;
+  static constexpr size_t kRing = (kRedL + sizeof(float) * kWarps * kMmaCols + 15) / 16 * 16;
   static constexpr size_t kRingBytes = static_cast<size_t>(kWarps) * TileGeom<F, D>::kWarpBytes;
   static constexpr size_t kRedAccBytes = sizeof(float) * kWarps * kMmaCols * D;
   static constexpr size_t kBytes = kRing + (kRingBytes > kRedAccBytes ? kRingBytes : kRedAccBytes);
-  static_assert(kBytes <= 227 * 1024, "decode split: more shared memory than an sm_90 CTA may have");
+  static_assert(kBytes + 2 * kLevelTableBytes<F> <= 227 * 1024,
+                "decode split: more shared memory than an sm_90 CTA may have");
 };
 
 // A warp's position in its split: the tile at token `tile` of entry `ei` (ei == entry_end: done), and
@@ -309,19 +315,24 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   auto* ps = reinterpret_cast<float(*)[TT][kMmaCols]>(smem + SM::kPs);
   auto* red_m = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedM);
   auto* red_l = reinterpret_cast<float(*)[kMmaCols]>(smem + SM::kRedL);
-  auto* pairs = reinterpret_cast<uint32_t*>(smem + SM::kTable);
+  // The level-pair table, at a shared address aligned to its size (level_pair_at): twice its size is
+  // reserved and the aligned half used, whatever the static layout.
+  __shared__ uint32_t pair_space[2 * kLevelPairs<F>];
+  constexpr uint32_t kPairBytes = sizeof(uint32_t) * kLevelPairs<F>;
+  const uint32_t pairs =
+      (static_cast<uint32_t>(__cvta_generic_to_shared(pair_space)) + kPairBytes - 1) & ~(kPairBytes - 1);
   const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   uint8_t* ring = smem + SM::kRing + static_cast<size_t>(warp) * TG::kWarpBytes;
   // pairs[a | b << 3] = {level a, level b} as fp16x2: two TQ3 codes to one fragment register.
   if (F == codec::PageFormat::kTq3 && threadIdx.x < 64)
-    pairs[threadIdx.x] = pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
-                                    codec::tq3_level(static_cast<int>(threadIdx.x >> 3)));
+    store_shared_u32(pairs + 4 * threadIdx.x, pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
+                                                         codec::tq3_level(static_cast<int>(threadIdx.x >> 3))));
   // pairs[a | b << 4] = {level a, level b}: a TQ4 byte (low nibble first) to one fragment register.
   if (F == codec::PageFormat::kTq4)
     for (int i = threadIdx.x; i < 256; i += kThreads)
-      pairs[i] = pack_half2(codec::tq4_level(i & 15), codec::tq4_level(i >> 4));
+      store_shared_u32(pairs + 4 * i, pack_half2(codec::tq4_level(i & 15), codec::tq4_level(i >> 4)));
   const int G = p.group;
   {
     const float* qsrc = (kRotatedFormat<F> ? p.q_rot : p.q) +
@@ -377,31 +388,34 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   };
   // S = K Q^T of the tile staged at st_k: C element [mb][2 r + i] is token 16 mb + g + 8 r, query head
   // 2 t + i. 64 dims (four k-steps, every query term) per tensor-core sum from zero, added up in fp32
-  // (see PV). skip_padding: blocks of padding rows only are skipped (a warp-uniform branch); otherwise
-  // they are computed too (branch-free; their rows are masked by the softmax, and a row of the product
-  // depends on its own K row only).
-  auto tile_logits = [&](const uint8_t* st_k, int n, bool skip_padding, float(&s)[KB][4]) {
+  // (see PV). Every token block of the tile in one pass per 64 dims, so each query fragment is loaded
+  // from shared memory once per tile, not once per block (5-8% faster on TQ3 on an H200,
+  // docs/benchmarks.md). Blocks of padding rows only are computed too: their rows are masked by the
+  // softmax, and a row of the product depends on its own K row only.
+  auto tile_logits = [&](const uint8_t* st_k, float(&s)[KB][4]) {
 #pragma unroll
-    for (int mb = 0; mb < KB; ++mb) {
-      s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
-      if (skip_padding && 16 * mb >= n) continue;
-      const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
-      const uint8_t* r1 = r0 + 8 * TG::kKStride;
+    for (int mb = 0; mb < KB; ++mb) s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        uint32_t a[4][4];
-        qk_chunk<F, D>(r0, r1, c, t, pairs, a);
-        float part[4] = {};
+    for (int c = 0; c < D / 64; ++c) {
+      uint32_t a[KB][4][4];
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int j = 0; j < NQ; ++j) {
-            const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
-            mma_tile<F>(part, a[kk], qv.x, qv.y);
-          }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mb][e] += part[e];
+      for (int mb = 0; mb < KB; ++mb) {
+        const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
+        qk_chunk<F, D>(r0, r0 + 8 * TG::kKStride, c, t, pairs, a[mb]);
       }
+      float part[KB][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int j = 0; j < NQ; ++j) {
+          const uint2 qv = qf[((4 * c + kk) * NQ + j) * 32 + lane];
+#pragma unroll
+          for (int mb = 0; mb < KB; ++mb) mma_tile<F>(part[mb], a[mb][kk], qv.x, qv.y);
+        }
+#pragma unroll
+      for (int mb = 0; mb < KB; ++mb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mb][e] += part[mb][e];
     }
   };
   // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
@@ -467,30 +481,41 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) acc[mb][0] = acc[mb][1] = acc[mb][2] = acc[mb][3] = 0.0f;
   // O^T += V^T P^T over the tile's 16-token k-steps (the V slot at st_v, `steps` of them); lane (g, t)
-  // takes output dims 4 (8 k + g) .. + 3 (row blocks 2 k and 2 k + 1). Each tile's product is summed on
-  // the tensor cores from zero and added to the running output in fp32 with the tile's rescale:
-  // tensor-core accumulation is not rounded to nearest, so a long chain of it drifts.
+  // takes output dims pv_dim(k, g) .. + 3 (row blocks 2 k and 2 k + 1), loading a run of its dims of each
+  // token row at once (decode_fragments.cuh, PvGroup). Each tile's product is summed on the tensor cores
+  // from zero and added to the running output in fp32 with the tile's rescale: tensor-core accumulation
+  // is not rounded to nearest, so a long chain of it drifts.
   auto tile_pv = [&](const uint8_t* st_v, int n, int steps, const uint32_t(&b_hi)[KB][2], const uint32_t(&b_lo)[KB][2],
                      const float(&corrs)[2]) {
+    using PG = PvGroup<F, D>;
     const uint8_t* vrow = st_v + t * TG::kVStride;  // token t; t + 4 j + 16 kt at a fixed offset
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) {
-      const int d = 4 * (8 * k + g);
-      float tmp[2][4] = {};
+    for (int q = 0; q < PG::kLoads; ++q) {
+      uint32_t w[KB][4][PG::kWords];
 #pragma unroll
-      for (int kt = 0; kt < KB; ++kt) {
-        if (kt >= steps) break;
-        uint32_t a0[4], a1[4];
-        pv_fragments<F, D>(vrow, TG::kVStride, kt, d, t, n, pairs, a0, a1);
-        mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
-        mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
-        mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
-        mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
+      for (int kt = 0; kt < KB; ++kt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          pv_load<F, D>(vrow + (16 * kt + 4 * j) * TG::kVStride, g, q, 16 * kt + t + 4 * j < n, w[kt][j]);
+#pragma unroll
+      for (int kk = 0; kk < PG::kBlocks; ++kk) {
+        const int k = PG::kBlocks * q + kk;
+        float tmp[2][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < KB; ++kt) {
+          if (kt >= steps) break;
+          uint32_t a0[4], a1[4];
+          pv_block<F, D>(w[kt], kk, pairs, a0, a1);
+          mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);
+          mma_tile<F>(tmp[1], a1, b_lo[kt][0], b_lo[kt][1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
       }
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[2 * k + e][c] = acc[2 * k + e][c] * corrs[c & 1] + tmp[e][c];
     }
   };
 
@@ -523,7 +548,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
         __pipeline_wait_prior(2 * A);  // K of this tile; the 2 A groups after it may still be in flight
         __syncwarp();
         float s[KB][4], corrs[2];
-        tile_logits(slot_at(slot), n, true, s);
+        tile_logits(slot_at(slot), s);
         tile_softmax(s, n, ksc, vsc, corrs, pm, pl);
         __syncwarp();  // every lane is done with this K slot and has written its P
         stage_tile_half(lead, true, slot_at(slot));
@@ -577,7 +602,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       __pipeline_wait_prior(2 * A);  // K(0)
       __syncwarp();
       if (n > 0) {
-        tile_logits(slot_k(0), n, false, s);
+        tile_logits(slot_k(0), s);
         tile_softmax(s, n, ksc, vsc, corrs, pm, pl);
         __syncwarp();
         p_fragments(b_hi, b_lo);
@@ -594,7 +619,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       const int n_next = tile_scales(nxt, ksc, vsc);
       __pipeline_wait_prior(2 * A);  // K(i + 1) and V(i); the last 2 A groups may still be in flight
       __syncwarp();
-      tile_logits(slot_k(i + 1), n_next, false, s);
+      tile_logits(slot_k(i + 1), s);
       tile_pv(slot_v(i), n, KB, b_hi, b_lo, corrs);
       if (n_next > 0) {
         tile_softmax(s, n_next, ksc, vsc, corrs, pm, pl);
@@ -625,7 +650,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-      red_acc[warp][2 * t + (c & 1)][4 * (8 * (mb >> 1) + g) + 2 * (mb & 1) + (c >> 1)] = acc[mb][c];
+      red_acc[warp][2 * t + (c & 1)][pv_dim<F, D>(mb >> 1, g) + 2 * (mb & 1) + (c >> 1)] = acc[mb][c];
   write_partials<D, kMmaCols>(p, split, red_m, red_l, red_acc);
 }
 
