@@ -293,13 +293,18 @@ __device__ inline TileCursor next_tile(const PlanEntry* entries, const PlanSplit
   return seek_tile<TT>(entries, sp, c.ei + 1, c.before + n_tiles, warp);
 }
 
-// Starts the asynchronous copy of rows [0, n) (n may be 0) into a ring slot as one commit group.
-template <class TG>
-__device__ inline void stage_rows(const uint8_t* rows, int n, int stride, uint8_t* slot) {
+// Starts the asynchronous copy of rows [0, n) (n may be 0) into a ring slot, rows kStride bytes apart, as
+// one commit group.
+template <class TG, int kStride>
+__device__ inline void stage_rows(const uint8_t* rows, int n, uint8_t* slot) {
   constexpr int kPieces = TG::kRow / TG::kPiece;
   for (int pc = static_cast<int>(threadIdx.x & 31); pc < n * kPieces; pc += 32) {
-    const int r = pc / kPieces, q = pc % kPieces;
-    __pipeline_memcpy_async(slot + r * stride + q * TG::kPiece, rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+    if constexpr (kStride == TG::kRow) {  // unpadded rows (TQ3's): one linear copy, no row arithmetic
+      __pipeline_memcpy_async(slot + pc * TG::kPiece, rows + pc * TG::kPiece, TG::kPiece);
+    } else {
+      const int r = pc / kPieces, q = pc % kPieces;
+      __pipeline_memcpy_async(slot + r * kStride + q * TG::kPiece, rows + r * TG::kRow + q * TG::kPiece, TG::kPiece);
+    }
   }
   __pipeline_commit();
 }
@@ -366,7 +371,10 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
       n = min(TT, er.t_end - c.tile);
       rows = (v_half ? er.vc : er.kc) + static_cast<size_t>(c.tile) * TG::kRow;
     }
-    stage_rows<TG>(rows, n, v_half ? TG::kVStride : TG::kKStride, dst);
+    if (v_half)
+      stage_rows<TG, TG::kVStride>(rows, n, dst);
+    else
+      stage_rows<TG, TG::kKStride>(rows, n, dst);
   };
   // Valid tokens of the tile at c (0 past the split's last tile) and their K and V row scales: the
   // tokens of this lane's C rows, 16 (j / 2) + g + 8 (j % 2) at [j].
@@ -380,7 +388,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 #pragma unroll
     for (int j = 0; j < 2 * KB; ++j) {
       const int tok = 16 * (j >> 1) + g + 8 * (j & 1);
-      const size_t mo = static_cast<size_t>(c.tile + tok) * L.meta;
+      const uint32_t mo = static_cast<uint32_t>(c.tile + tok) * L.meta;  // within one page
       ksc[j] = tok < n ? load_meta<F>(er.km + mo) : 0.0f;
       vsc[j] = tok < n ? load_meta<F>(er.vm + mo) : 0.0f;
     }
@@ -393,8 +401,6 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   // docs/benchmarks.md). Blocks of padding rows only are computed too: their rows are masked by the
   // softmax, and a row of the product depends on its own K row only.
   auto tile_logits = [&](const uint8_t* st_k, float(&s)[KB][4]) {
-#pragma unroll
-    for (int mb = 0; mb < KB; ++mb) s[mb][0] = s[mb][1] = s[mb][2] = s[mb][3] = 0.0f;
 #pragma unroll
     for (int c = 0; c < D / 64; ++c) {
       uint32_t a[KB][4][4];
@@ -415,7 +421,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 #pragma unroll
       for (int mb = 0; mb < KB; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[mb][e] += part[mb][e];
+        for (int e = 0; e < 4; ++e) s[mb][e] = c == 0 ? part[mb][e] : s[mb][e] + part[mb][e];
     }
   };
   // Lane (g, t) holds the columns (query heads) 2 t + i of every C tile: its own m, l per i.
