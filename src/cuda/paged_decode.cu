@@ -65,13 +65,33 @@ __global__ void decode_page_score_kernel(StepParams p) {
 // CTAs per SM the register budget is sized for. TQ3 is bound by instruction latency with few warps per
 // scheduler, so it takes 4 (128 registers, no spills) up to head_dim 128 and 3 at 256 (measured faster
 // with a few spilled registers than 2 without); BF16 and FP8 take 3, and 2 at head_dim 256, whose rings
-// allow only 2 per SM anyway. A lab variant build may set it for every kernel (MINIMAKV_DECODE_MIN_BLOCKS).
-template <codec::PageFormat F, int D>
-#if defined(MINIMAKV_DECODE_LAB) && defined(MINIMAKV_DECODE_MIN_BLOCKS)
-constexpr int kMinBlocks = MINIMAKV_DECODE_MIN_BLOCKS;
-#else
-constexpr int kMinBlocks = kRotatedFormat<F> ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+// allow only 2 per SM anyway. A lab variant build may set it for every kernel (MINIMAKV_DECODE_MIN_BLOCKS)
+// or for format index f at head_dim <= 128 (MINIMAKV_DECODE_MIN_BLOCKS_f).
+#ifndef MINIMAKV_DECODE_MIN_BLOCKS_0
+#define MINIMAKV_DECODE_MIN_BLOCKS_0 0
 #endif
+#ifndef MINIMAKV_DECODE_MIN_BLOCKS_1
+#define MINIMAKV_DECODE_MIN_BLOCKS_1 0
+#endif
+#ifndef MINIMAKV_DECODE_MIN_BLOCKS_2
+#define MINIMAKV_DECODE_MIN_BLOCKS_2 0
+#endif
+#ifndef MINIMAKV_DECODE_MIN_BLOCKS_3
+#define MINIMAKV_DECODE_MIN_BLOCKS_3 0
+#endif
+template <codec::PageFormat F, int D>
+constexpr int min_blocks() {
+#if defined(MINIMAKV_DECODE_LAB) && defined(MINIMAKV_DECODE_MIN_BLOCKS)
+  return MINIMAKV_DECODE_MIN_BLOCKS;
+#else
+  constexpr int lab[4] = {MINIMAKV_DECODE_MIN_BLOCKS_0, MINIMAKV_DECODE_MIN_BLOCKS_1, MINIMAKV_DECODE_MIN_BLOCKS_2,
+                          MINIMAKV_DECODE_MIN_BLOCKS_3};
+  if (D <= 128 && lab[codec::format_index(F)] > 0) return lab[codec::format_index(F)];
+  return kRotatedFormat<F> ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+#endif
+}
+template <codec::PageFormat F, int D>
+constexpr int kMinBlocks = min_blocks<F, D>();
 
 // One CTA per (split of format F, KV head). One launch per format: a kernel that branched on the
 // format per CTA measured slower on an H200 (it takes the register budget of the heaviest path, the
