@@ -5,7 +5,8 @@
 # the GPU (the variants' correctness: build the chosen one as the default and run cuda_tests).
 #   build (development machine, after building SRC):
 #     bash scripts/bench/decode-lab.sh build NAME=BF16TT/A,FP8TT/A,TQ3TT/A[+MACRO...] ...
-#     e.g. f16a3=16/1,16/3,32/1 or mb4=16/1,32/1,32/1+MINIMAKV_DECODE_MIN_BLOCKS=4; "-" keeps a format's
+#     e.g. f16a3=16/1,16/3,32/1 or mb4=16/1,32/1,32/1+MINIMAKV_DECODE_MIN_BLOCKS=4 (every kernel; or
+#     MINIMAKV_DECODE_MIN_BLOCKS_f for format index f at head_dim <= 128); "-" keeps a format's
 #     production tiling at every head_dim (e.g. seq=-,-,-+MINIMAKV_DECODE_PIPE_2=0: TQ3 sequential;
 #     -,-,- alone is the production build). LAB_SRCROOT=dir builds from another source tree, e.g.
 #     `git worktree add /tmp/before HEAD~1` and LAB_SRCROOT=/tmp/before ... build before=-,-,-
