@@ -4,6 +4,7 @@
 // batch; the bound stays within a small factor of the real count, so capacity launches stay cheap.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <stdexcept>
 
@@ -20,7 +21,8 @@ TEST(DecodePlan, SplitBoundHoldsEveryPlanOfThoseLengths) {
   for (int trial = 0; trial < 400; ++trial) {
     const int B = std::array{16, 32, 64, 128, 256, 832, 2048}[rng() % 7];
     const int kv = 1 + static_cast<int>(rng() % 8);
-    const cuda::DecodeShape shape{kv * (1 + static_cast<int>(rng() % 4)), kv, 128, B, 0.0f};
+    const int head_dim = std::array{64, 128, 256}[rng() % 3];
+    const cuda::DecodeShape shape{kv * (1 + static_cast<int>(rng() % 4)), kv, head_dim, B, 0.0f};
     const size_t n_seqs = 1 + rng() % 32;
     std::vector<uint32_t> tokens;
     std::vector<std::vector<cuda::PageRef>> seqs;
