@@ -237,8 +237,9 @@ struct TileGeom {
 // quad table, four codes to two registers with one lookup, measured 1.4-1.7x slower on an H200: random
 // 8-byte lookups into 32 KB conflict on the banks; docs/benchmarks.md.)
 // TQ4: a 256-entry table, one byte (two codes) to one register.
-// The table is a static shared array (attend_split), not a slice of the dynamic block: its base is then
-// a uniform register and a lookup needs no address arithmetic beyond its scaled index.
+// The table is a static shared array (attend_split), not a slice of the dynamic block, placed at an
+// address aligned to its size: a lookup's address is then its scaled index or-ed with the base
+// (level_pair_at), with no multiply-add.
 template <codec::PageFormat F>
 inline constexpr int kLevelPairs = F == codec::PageFormat::kTq3 ? 64 : F == codec::PageFormat::kTq4 ? 256 : 1;
 template <codec::PageFormat F>
@@ -397,7 +398,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   // S = K Q^T of the tile staged at st_k: C element [mb][2 r + i] is token 16 mb + g + 8 r, query head
   // 2 t + i. 64 dims (four k-steps, every query term) per tensor-core sum from zero, added up in fp32
   // (see PV). Every token block of the tile in one pass per 64 dims, so each query fragment is loaded
-  // from shared memory once per tile, not once per block (5-8% faster on TQ3 on an H200,
+  // from shared memory once per tile, not once per block (2-6% faster on mixed pages on an H200,
   // docs/benchmarks.md). Blocks of padding rows only are computed too: their rows are masked by the
   // softmax, and a row of the product depends on its own K row only.
   auto tile_logits = [&](const uint8_t* st_k, float(&s)[KB][4]) {
