@@ -190,21 +190,22 @@ __device__ inline void pv_load(const uint8_t* row, int g, int q, bool valid, uin
     w[1] = static_cast<uint32_t>(v >> 32);
   } else {
     const uint8_t* src = row + dim0 * PG::kBits / 8;
+    const bool read = valid || kRotatedFormat<F>;
+    if constexpr (PG::kWords >= 4) {
 #pragma unroll
-    for (int i = 0; i < PG::kWords; i += 4 <= PG::kWords ? 4 : PG::kWords) {
-      if constexpr (PG::kWords >= 4) {
-        const uint4 x = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint4*>(src + 4 * i) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < PG::kWords; i += 4) {
+        const uint4 x = read ? *reinterpret_cast<const uint4*>(src + 4 * i) : make_uint4(0, 0, 0, 0);
         w[i] = x.x;
         w[i + 1] = x.y;
         w[i + 2] = x.z;
         w[i + 3] = x.w;
-      } else if constexpr (PG::kWords == 2) {
-        const uint2 x = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint2*>(src) : make_uint2(0, 0);
-        w[0] = x.x;
-        w[1] = x.y;
-      } else {
-        w[0] = valid || kRotatedFormat<F> ? *reinterpret_cast<const uint32_t*>(src) : 0u;
       }
+    } else if constexpr (PG::kWords == 2) {
+      const uint2 x = read ? *reinterpret_cast<const uint2*>(src) : make_uint2(0, 0);
+      w[0] = x.x;
+      w[1] = x.y;
+    } else {
+      w[0] = read ? *reinterpret_cast<const uint32_t*>(src) : 0u;
     }
   }
 }
@@ -222,8 +223,9 @@ __device__ inline void pv_block(const uint32_t (&w)[4][PvGroup<F, D>::kWords], i
     uint32_t c[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint64_t v = (static_cast<uint64_t>(w[j][PvGroup<F, D>::kWords - 1]) << 32) | w[j][0];
-      c[j] = static_cast<uint32_t>(PvGroup<F, D>::kWords == 1 ? w[j][0] >> (4 * B * kk) : v >> (4 * B * kk));
+      uint64_t v = w[j][0];
+      if constexpr (PvGroup<F, D>::kWords == 2) v |= static_cast<uint64_t>(w[j][1]) << 32;
+      c[j] = static_cast<uint32_t>(v >> (4 * B * kk));
     }
     // Entry (code of ja) | (code of jb) << B, scaled by 4 and or-ed into the table's aligned address.
     auto pair = [&](int ja, int jb, int e) {

@@ -242,8 +242,9 @@ struct TileGeom {
 // (level_pair_at), with no multiply-add.
 template <codec::PageFormat F>
 inline constexpr int kLevelPairs = F == codec::PageFormat::kTq3 ? 64 : F == codec::PageFormat::kTq4 ? 256 : 1;
+// Bytes of one table; attend_split reserves twice as many to align it.
 template <codec::PageFormat F>
-inline constexpr size_t kLevelTableBytes = kRotatedFormat<F> ? sizeof(uint32_t) * kLevelPairs<F> : 0;
+inline constexpr uint32_t kLevelTableBytes = sizeof(uint32_t) * kLevelPairs<F>;
 
 // Dynamic shared memory: [query fragments | ps | red_m | red_l | rings or red_acc]; the level-pair table
 // is static (above).
@@ -324,9 +325,8 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   // The level-pair table, at a shared address aligned to its size (level_pair_at): twice its size is
   // reserved and the aligned half used, whatever the static layout.
   __shared__ uint32_t pair_space[2 * kLevelPairs<F>];
-  constexpr uint32_t kPairBytes = sizeof(uint32_t) * kLevelPairs<F>;
-  const uint32_t pairs =
-      (static_cast<uint32_t>(__cvta_generic_to_shared(pair_space)) + kPairBytes - 1) & ~(kPairBytes - 1);
+  const uint32_t pairs = (static_cast<uint32_t>(__cvta_generic_to_shared(pair_space)) + kLevelTableBytes<F> - 1) &
+                         ~(kLevelTableBytes<F> - 1);
   const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
