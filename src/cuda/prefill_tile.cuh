@@ -219,26 +219,48 @@ __device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, in
   return c;
 }
 
-// Where key slot `idx` of a split lives; page == nullptr for a padding slot.
+// Where a key slot of a split lives; page == nullptr for a padding slot.
 struct KeySlot {
   const uint8_t* page;
   int tok, pos, entry;
 };
 
-__device__ inline KeySlot locate_key(const PrefillWork& c, const uint8_t* base, uint64_t page_bytes, int idx,
-                                     int tokens_per_page) {
-  const int rel = idx / c.slot, in = idx - rel * c.slot;
-  KeySlot k{nullptr, 0, INT_MAX, min(c.sp.entry_begin + rel, c.sp.entry_end - 1)};
-  const int e = c.sp.entry_begin + rel;
-  if (e >= c.sp.entry_end || in >= c.span) return k;
-  const PlanEntry en = c.entries[e];
-  const int tok = c.sp.tok_begin + in;
-  if (tok >= static_cast<int>(en.tokens)) return k;
-  k.page = base + static_cast<size_t>(en.page_id) * page_bytes;
-  k.tok = tok;
-  k.pos = static_cast<int>(en.logical) * tokens_per_page + tok;
-  return k;
-}
+// A producer thread's walk over its key slots, j, j + keys, j + 2 keys, ... of a split (key slot i is
+// token i % slot of entry i / slot): one division when it starts, then a step of `keys` per tile, and
+// the plan entry loaded again only when the slot moves to another page. (Recomputing the slot from its
+// index cost two divisions and two global loads per tile: Nsight Compute found the producers stalled
+// on them, docs/benchmarks.md.)
+struct KeyCursor {
+  int rel, in;  // the next slot: entry offset in the split, key offset in the entry's slot
+  int cached = -1;
+  PlanEntry en{};
+
+  __device__ KeyCursor(const PrefillWork& c, int j) : rel(j / c.slot), in(j - (j / c.slot) * c.slot) {}
+
+  __device__ KeySlot next(const PrefillWork& c, const uint8_t* base, uint64_t page_bytes, int tokens_per_page,
+                          int keys) {
+    const int e = c.sp.entry_begin + rel;
+    KeySlot k{nullptr, 0, INT_MAX, min(e, c.sp.entry_end - 1)};
+    if (e < c.sp.entry_end && in < c.span) {
+      if (e != cached) {
+        en = c.entries[e];
+        cached = e;
+      }
+      const int tok = c.sp.tok_begin + in;
+      if (tok < static_cast<int>(en.tokens)) {
+        k.page = base + static_cast<size_t>(en.page_id) * page_bytes;
+        k.tok = tok;
+        k.pos = static_cast<int>(en.logical) * tokens_per_page + tok;
+      }
+    }
+    in += keys;
+    while (in >= c.slot) {
+      in -= c.slot;
+      ++rel;
+    }
+    return k;
+  }
+};
 
 // ---- producers
 // Each thread copies and decodes the same row (or half row) of every tile, so the staging ring needs no
@@ -275,8 +297,7 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
     return smem + T::kStage + static_cast<size_t>(t % (T::kStages ? T::kStages : 1)) * T::kStageBytes;
   };
 
-  auto issue = [&](int t) {
-    const KeySlot k = locate_key(c, base, L.page_bytes, t * T::kKeys + j, p.tokens_per_page);
+  auto issue = [&](int t, const KeySlot& k) {
     if (!k.page) return;
     const uint8_t* src = k.page + code_off + static_cast<size_t>(k.tok) * L.row;
     if constexpr (T::kInPlace) {
@@ -295,8 +316,7 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
     }
   };
 
-  auto convert = [&](int t) {
-    const KeySlot k = locate_key(c, base, L.page_bytes, t * T::kKeys + j, p.tokens_per_page);
+  auto convert = [&](int t, const KeySlot& k) {
     uint8_t* buf = buffer(t);
     auto out = [&](int i) -> uint4& { return *reinterpret_cast<uint4*>(buf + dst_off + chunk(c0 + i)); };
     float kscale = 1.0f;
@@ -393,35 +413,53 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
       named_arrive(T::kFullBar + g * T::kBuffers + t % T::kBuffers, T::kFullCount);
   };
 
+  // The slots of the tiles in flight, oldest first (compile-time indices: they stay in registers).
+  constexpr int kAhead = T::kInPlace ? 2 : T::kStages - 1;
+  KeyCursor cursor(c, j);
+  KeySlot ahead[kAhead];
+  auto next_slot = [&] { return cursor.next(c, base, L.page_bytes, p.tokens_per_page, T::kKeys); };
+  auto advance = [&](const KeySlot& k) {
+#pragma unroll
+    for (int i = 0; i + 1 < kAhead; ++i) ahead[i] = ahead[i + 1];
+    ahead[kAhead - 1] = k;
+  };
   const int n = c.wk.key_tiles;
+#pragma unroll
+  for (int t = 0; t < kAhead; ++t) {
+    if (t < n) {
+      ahead[t] = next_slot();
+      issue(t, ahead[t]);
+    }
+    cp_async_commit();
+  }
   if constexpr (T::kInPlace) {
     // Buffers are the staging: tile t + 2 is copied once the consumers are done with tile t - 1.
-    for (int t = 0; t < 2; ++t) {
-      if (t < n) issue(t);
-      cp_async_commit();
-    }
     for (int t = 0; t < n; ++t) {
       cp_async_wait<1>();
-      convert(t);
+      convert(t, ahead[0]);
       publish(t);
+      KeySlot k{};
       if (t + 2 < n) {
         if (t >= 1) named_sync(T::kEmptyBar + (t + 2) % T::kBuffers, T::kThreads);
-        issue(t + 2);
+        k = next_slot();
+        issue(t + 2, k);
       }
       cp_async_commit();
+      advance(k);
     }
   } else {
-    for (int t = 0; t < T::kStages - 1; ++t) {
-      if (t < n) issue(t);
-      cp_async_commit();
-    }
     for (int t = 0; t < n; ++t) {
-      if (t + T::kStages - 1 < n) issue(t + T::kStages - 1);  // into the stage this thread decoded last
+      KeySlot k{};
+      if (t + kAhead < n) {
+        k = next_slot();
+        issue(t + kAhead, k);  // into the stage this thread decoded last
+      }
       cp_async_commit();
       cp_async_wait<T::kStages - 1>();
       if (t >= T::kBuffers) named_sync(T::kEmptyBar + t % T::kBuffers, T::kThreads);
-      convert(t);
+      convert(t, ahead[0]);
       publish(t);
+      advance(k);
     }
   }
   cp_async_wait<0>();
@@ -484,27 +522,45 @@ struct ConsumerRows {
 // One key tile's online-softmax step on S in the m16n8 accumulator layout (this thread: rows g and g + 8
 // of each m16 tile, columns 8 nt + 2 t4 + {0, 1}): key scales, the causal mask, the new running maxima
 // (mref: the reference each probability was taken against), l and O rescaled, S turned into
-// probabilities in place.
-template <codec::PageFormat F, int MI, int NT, int DT>
-__device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
+// probabilities in place. Masked is a template argument so that tiles below the diagonal (nearly all)
+// issue no loads of key positions: predicated-off loads still queue on the MIO pipe, and in Nsight
+// Compute they were a quarter of the BF16 consumers' stall samples (docs/benchmarks.md).
+template <codec::PageFormat F, bool Masked, int MI, int NT, int DT>
+__device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
                                     float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
-                                    const int* kpos, const float* kscale, bool masked) {
+                                    const int* kpos, const float* kscale) {
+  // Scales and mask first: a column pair's scale and position are one 8-byte load each (j is even).
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int j = nt * 8 + 2 * rows.t4;
+    if constexpr (F != codec::PageFormat::kBf16) {
+      const float2 sc = *reinterpret_cast<const float2*>(kscale + j);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          s[mi][nt][2 * i] = __fmul_rn(s[mi][nt][2 * i], sc.x);
+          s[mi][nt][2 * i + 1] = __fmul_rn(s[mi][nt][2 * i + 1], sc.y);
+        }
+    }
+    if constexpr (Masked) {
+      const int2 kp = *reinterpret_cast<const int2*>(kpos + j);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          if (kp.x > rows.qpos[mi][i]) s[mi][nt][2 * i] = -INFINITY;
+          if (kp.y > rows.qpos[mi][i]) s[mi][nt][2 * i + 1] = -INFINITY;
+        }
+    }
+  }
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int j = nt * 8 + 2 * rows.t4;
-#pragma unroll
-        for (int cc = 0; cc < 2; ++cc) {
-          float& x = s[mi][nt][2 * i + cc];
-          if constexpr (F != codec::PageFormat::kBf16) x = __fmul_rn(x, kscale[j + cc]);
-          if (masked && kpos[j + cc] > rows.qpos[mi][i]) x = -INFINITY;
-          mx = fmaxf(mx, x);
-        }
-      }
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * i], s[mi][nt][2 * i + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float mn = fmaxf(m[mi][i], mx);
@@ -526,6 +582,18 @@ __device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4]
           lsum[mi][i] += x;
         }
     }
+}
+
+// The step of one tile: masked (a key past some row's position, or a padding slot) or not, as one
+// branch that every thread of the CTA takes the same way.
+template <codec::PageFormat F, int MI, int NT, int DT>
+__device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
+                                    float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
+                                    const int* kpos, const float* kscale, bool masked) {
+  if (masked)
+    softmax_tile<F, true>(s, o, m, lsum, mref, rows, kpos, kscale);
+  else
+    softmax_tile<F, false>(s, o, m, lsum, mref, rows, kpos, kscale);
 }
 
 // Per-page partials (m_p, l_p) of a thread's rows, for the page scores: each tile adds every page's
