@@ -1,6 +1,7 @@
 #include "minimakv/cuda/decode_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -14,12 +15,34 @@ namespace {
 
 // Aim for about one CTA per SM of a 132-SM part (each warp of a CTA then streams several tiles through
 // its ring, and the merge has few partials); splits of 128..1024 tokens. Measured on an H200 against
-// fixed sizes (cuda_decode_bench --split-tokens, docs/benchmarks.md).
-int auto_split_tokens(size_t tokens, const DecodeShape& shape) {
+// fixed sizes (cuda_decode_bench --split-tokens, docs/benchmarks.md). This is the smallest split any
+// format gets, so decode_split_bound, which counts with it, bounds every format's splits.
+int auto_split_tokens(size_t tokens, const DecodeShape& shape, int cap = 1024) {
   const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / 132;
   int split_tokens = 128;
-  while (split_tokens < 1024 && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
+  while (split_tokens < cap && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
   return split_tokens;
+}
+
+// The largest automatic split of a format. Measured on an H200 (docs/benchmarks.md, "split sizes"):
+// 2,048-token splits make FP8 7-11% faster from batch 2 (fewer partials, longer rings) and the dense
+// control at head_dim 256, but lose at batch 1, where fewer, longer CTAs leave SMs idle, and on the
+// canary's mixed layout, where the FP8 pages are the few Recent and Anchor ones beside the TQ3 launch:
+// the longer splits apply where the format holds at least half of the batch's tokens. The rotated
+// formats' heavier tiles gain only from about four waves of 2,048-token CTAs (tokens x KV heads >= 4M)
+// and lose below that (mixed at 32K batch 8).
+int split_cap(codec::PageFormat f, size_t format_tokens, size_t tokens, size_t batch, const DecodeShape& shape) {
+  const bool most = 2 * format_tokens >= tokens;
+  switch (f) {
+    case codec::PageFormat::kFp8:
+      return batch >= 2 && most ? 2048 : 1024;
+    case codec::PageFormat::kBf16:
+      return batch >= 2 && most && shape.head_dim >= 256 ? 2048 : 1024;
+    case codec::PageFormat::kTq3:
+    case codec::PageFormat::kTq4:
+      return tokens * static_cast<size_t>(shape.kv_heads) >= (size_t{4} << 20) ? 2048 : 1024;
+  }
+  return 1024;
 }
 
 }  // namespace
@@ -60,11 +83,20 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
       if (!cuda_reads(pr.format))
         throw std::invalid_argument(std::string("make_decode_plan: no CUDA kernel reads ") + codec::to_string(pr.format) +
                                     " pages");
-  if (split_tokens <= 0) {
+  // Each format's split size: the caller's, or the automatic one for the whole batch's tokens.
+  std::array<int, codec::kNumPageFormats> format_split{};
+  {
     size_t tokens = 0;
+    std::array<size_t, codec::kNumPageFormats> format_tokens{};
     for (const auto& s : seqs)
-      for (const auto& pr : s) tokens += pr.tokens;
-    split_tokens = auto_split_tokens(tokens, shape);
+      for (const auto& pr : s) {
+        tokens += pr.tokens;
+        format_tokens[static_cast<int>(pr.format)] += pr.tokens;
+      }
+    for (int f = 0; f < codec::kNumPageFormats; ++f) {
+      const int cap = split_cap(static_cast<codec::PageFormat>(f), format_tokens[f], tokens, seqs.size(), shape);
+      format_split[f] = split_tokens > 0 ? split_tokens : auto_split_tokens(tokens, shape, cap);
+    }
   }
   DecodePlan plan;
   plan.batch = static_cast<int>(seqs.size());
@@ -85,14 +117,15 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
         ++logical;
       }
       const int last = static_cast<int>(plan.entries.size());
-      if (B >= split_tokens) {
-        const int parts = page_granular ? 1 : (B + split_tokens - 1) / split_tokens;
+      const int split = format_split[f];
+      if (B >= split) {
+        const int parts = page_granular ? 1 : (B + split - 1) / split;
         const int step = (B + parts - 1) / parts;
         for (int e = first; e < last; ++e)
           for (int t = 0; t < static_cast<int>(plan.entries[e].tokens); t += step)
             plan.splits.push_back({static_cast<int32_t>(si), f, e, e + 1, t, std::min(B, t + step)});
       } else {
-        const int per = std::max(1, split_tokens / B);
+        const int per = std::max(1, split / B);
         for (int e = first; e < last; e += per)
           plan.splits.push_back({static_cast<int32_t>(si), f, e, std::min(last, e + per), 0, B});
       }

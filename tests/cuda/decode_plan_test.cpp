@@ -4,6 +4,7 @@
 // batch; the bound stays within a small factor of the real count, so capacity launches stay cheap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <random>
 #include <stdexcept>
@@ -44,6 +45,63 @@ TEST(DecodePlan, SplitBoundHoldsEveryPlanOfThoseLengths) {
     bounded += static_cast<size_t>(bound);
   }
   EXPECT_LE(bounded, 3 * planned) << "the bound should not be loose";
+}
+
+// The automatic split size follows the format (docs/benchmarks.md, split sizes): FP8 and the dense control
+// at head_dim 256 take 2,048-token splits from batch 2 where they hold most of the tokens, TQ3 and TQ4
+// only with four waves of such CTAs, and batch 1 keeps 1,024 for every format. A caller's split size
+// applies to every format.
+TEST(DecodePlan, AutomaticSplitSizeFollowsTheFormatAndTheBatch) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  auto largest_split = [&](codec::PageFormat f, int batch, uint32_t tokens, int head_dim, int split_tokens) {
+    const int B = std::array{16, 64, 256}[rng() % 3];
+    const cuda::DecodeShape shape{32, 8, head_dim, B, 0.0f};
+    std::vector<std::vector<cuda::PageRef>> seqs(static_cast<size_t>(batch));
+    uint32_t next_id = 1;
+    for (auto& pages : seqs)
+      for (uint32_t p = 0; p * B < tokens; ++p) pages.push_back({f, next_id++, std::min<uint32_t>(B, tokens - p * B)});
+    const auto plan = cuda::make_decode_plan(seqs, shape, split_tokens);
+    int largest = 0;
+    for (const auto& sp : plan.splits) {
+      int covered = 0;
+      for (int e = sp.entry_begin; e < sp.entry_end; ++e) covered += static_cast<int>(plan.entries[e].tokens);
+      largest = std::max(largest, covered);
+    }
+    return largest;
+  };
+  using F = codec::PageFormat;
+  const uint32_t k32 = 32768 + static_cast<uint32_t>(rng() % 1024);
+  EXPECT_EQ(largest_split(F::kFp8, 8, k32, 128, 0), 2048);
+  EXPECT_EQ(largest_split(F::kFp8, 1, 4 * k32, 128, 0), 1024);
+  EXPECT_EQ(largest_split(F::kBf16, 8, k32, 128, 0), 1024);
+  EXPECT_EQ(largest_split(F::kBf16, 2, k32, 256, 0), 2048);
+  EXPECT_EQ(largest_split(F::kTq3, 8, k32, 128, 0), 1024);   // 2M token-heads: too few waves
+  EXPECT_EQ(largest_split(F::kTq3, 32, k32, 128, 0), 2048);  // 8M
+  EXPECT_EQ(largest_split(F::kTq4, 32, k32, 128, 0), 2048);
+  EXPECT_EQ(largest_split(F::kFp8, 8, k32, 128, 512), 512);
+
+  // Mixed: FP8 Recent pages beside TQ3 history keep 1,024-token splits; FP8 holding most tokens gets 2,048.
+  auto mixed_largest = [&](int fp8_every) {
+    const int B = 256;
+    const cuda::DecodeShape shape{32, 8, 128, B, 0.0f};
+    std::vector<std::vector<cuda::PageRef>> seqs(8);
+    uint32_t next_id = 1;
+    for (auto& pages : seqs)
+      for (uint32_t p = 0; p * B < k32; ++p)
+        pages.push_back({p % fp8_every == 0 ? F::kFp8 : F::kTq3, next_id++, std::min<uint32_t>(B, k32 - p * B)});
+    const auto plan = cuda::make_decode_plan(seqs, shape);
+    int largest = 0;
+    for (const auto& sp : plan.splits) {
+      if (sp.format != static_cast<int>(F::kFp8)) continue;
+      int covered = 0;
+      for (int e = sp.entry_begin; e < sp.entry_end; ++e) covered += static_cast<int>(plan.entries[e].tokens);
+      largest = std::max(largest, covered);
+    }
+    return largest;
+  };
+  EXPECT_EQ(mixed_largest(4), 1024);  // a quarter of the pages FP8
+  EXPECT_EQ(mixed_largest(1), 2048);  // every page FP8
 }
 
 // The merge ranges name, for every batch item and format, exactly the splits of that (format, item):

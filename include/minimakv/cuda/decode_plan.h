@@ -62,8 +62,9 @@ struct DecodePlan {
   int batch = 0;
 };
 
-// split_tokens: tokens per split (>= 128 recommended; 0 chooses from the batch so the grid fills the
-// GPU). page_granular: never cut a page across splits (needed for per-page (m_p, l_p)).
+// split_tokens: tokens per split (>= 128 recommended; 0 chooses per format from the batch so the grid
+// fills the GPU: 128..1024 tokens, up to 2048 where a format measured faster with them). page_granular:
+// never cut a page across splits (needed for per-page (m_p, l_p)).
 DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const DecodeShape& shape, int split_tokens = 0,
                             bool page_granular = false);
 // The merge ranges of a decode plan, [batch][format]: item b's splits of format f (its group is b, its
