@@ -13,36 +13,67 @@ namespace minimakv::cuda {
 
 namespace {
 
-// Aim for about one CTA per SM of a 132-SM part (each warp of a CTA then streams several tiles through
-// its ring, and the merge has few partials); splits of 128..1024 tokens. Measured on an H200 against
-// fixed sizes (cuda_decode_bench --split-tokens, docs/benchmarks.md). This is the smallest split any
-// format gets, so decode_split_bound, which counts with it, bounds every format's splits.
+constexpr size_t kSms = 132;  // of an H200, the part the split sizes are measured on
+
+// Aim for about one CTA per SM (each warp of a CTA then streams several tiles through its ring, and the
+// merge has few partials); splits of 128..1024 tokens. Measured on an H200 against fixed sizes
+// (cuda_decode_bench --split-tokens, docs/benchmarks.md). This is the smallest split any format gets,
+// so decode_split_bound, which counts with it, bounds every format's splits.
 int auto_split_tokens(size_t tokens, const DecodeShape& shape, int cap = 1024) {
-  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / 132;
+  const size_t per = tokens * static_cast<size_t>(shape.kv_heads) / kSms;
   int split_tokens = 128;
   while (split_tokens < cap && static_cast<size_t>(split_tokens) * 2 <= per) split_tokens *= 2;
   return split_tokens;
 }
 
-// The largest automatic split of a format. Measured on an H200 (docs/benchmarks.md, "split sizes"):
-// 2,048-token splits make FP8 7-11% faster from batch 2 (fewer partials, longer rings) and the dense
-// control at head_dim 256, but lose at batch 1, where fewer, longer CTAs leave SMs idle, and on the
-// canary's mixed layout, where the FP8 pages are the few Recent and Anchor ones beside the TQ3 launch:
-// the longer splits apply where the format holds at least half of the batch's tokens. The rotated
-// formats' heavier tiles gain only from about four waves of 2,048-token CTAs (tokens x KV heads >= 4M)
-// and lose below that (mixed at 32K batch 8).
-int split_cap(codec::PageFormat f, size_t format_tokens, size_t tokens, size_t batch, const DecodeShape& shape) {
-  const bool most = 2 * format_tokens >= tokens;
+// Splits of `split` tokens a format's pages make, summed over the batch (per_seq_pages: that format's
+// pages in each sequence), as make_decode_plan cuts them, counting every page as full.
+size_t format_splits(std::span<const size_t> per_seq_pages, int B, int split) {
+  size_t n = 0;
+  for (size_t pages : per_seq_pages)
+    n += B >= split ? pages * static_cast<size_t>((B + split - 1) / split)
+                    : (pages + static_cast<size_t>(split / B) - 1) / static_cast<size_t>(split / B);
+  return n;
+}
+
+// A split size's time in waves: the CTAs (splits x KV heads) run decode_ctas_per_sm x 132 at a time,
+// each reading the tokens of one split, so a launch takes about (waves) x (tokens per split).
+double wave_cost(codec::PageFormat f, std::span<const size_t> per_seq_pages, const DecodeShape& shape, int split) {
+  const int B = shape.tokens_per_page;
+  const size_t ctas = format_splits(per_seq_pages, B, split) * static_cast<size_t>(shape.kv_heads);
+  const size_t slots = kSms * static_cast<size_t>(decode_ctas_per_sm(f, shape.head_dim));
+  const int per_split = B >= split ? (B + (B + split - 1) / split - 1) / ((B + split - 1) / split) : split / B * B;
+  return static_cast<double>((ctas + slots - 1) / slots) * per_split;
+}
+
+// Each format's automatic split size. Measured on an H200 (docs/benchmarks.md, "split sizes"):
+// - FP8, and the dense control at head_dim 256: 2,048-token splits are 6-10% faster (fewer partials,
+//   longer rings) unless they cost more waves: at batch 1 (128K: 2 waves of 2,048-token splits against
+//   3 of 1,024) and on the canary with 832-token pages (2 waves of 1,664-token splits against 3 of 832,
+//   13% slower). So they are taken where the wave model above puts them within 10% of the shorter
+//   splits (with many waves: 5% more at 32K batch 32, measured 8% faster). On the canary's mixed
+//   layout the FP8 pages are the few Recent and Anchor ones beside the TQ3 launch, where the longer
+//   splits lost: they apply only where the format holds at least half of the batch's tokens.
+// - TQ3 and TQ4: their heavier tiles gain only from tokens x KV heads >= 4M and lose below that (mixed at
+//   32K batch 8).
+int format_split_tokens(codec::PageFormat f, size_t format_tokens, size_t tokens, std::span<const size_t> per_seq_pages,
+                        const DecodeShape& shape) {
+  const int base = auto_split_tokens(tokens, shape);
   switch (f) {
     case codec::PageFormat::kFp8:
-      return batch >= 2 && most ? 2048 : 1024;
-    case codec::PageFormat::kBf16:
-      return batch >= 2 && most && shape.head_dim >= 256 ? 2048 : 1024;
+    case codec::PageFormat::kBf16: {
+      if (f == codec::PageFormat::kBf16 && shape.head_dim < 256) return base;
+      const int longer = auto_split_tokens(tokens, shape, 2048);
+      if (longer == base || 2 * format_tokens < tokens) return base;
+      return wave_cost(f, per_seq_pages, shape, longer) <= 1.1 * wave_cost(f, per_seq_pages, shape, base) ? longer
+                                                                                                          : base;
+    }
     case codec::PageFormat::kTq3:
     case codec::PageFormat::kTq4:
-      return tokens * static_cast<size_t>(shape.kv_heads) >= (size_t{4} << 20) ? 2048 : 1024;
+      return auto_split_tokens(tokens, shape,
+                               tokens * static_cast<size_t>(shape.kv_heads) >= (size_t{4} << 20) ? 2048 : 1024);
   }
-  return 1024;
+  return base;
 }
 
 }  // namespace
@@ -52,7 +83,8 @@ void validate_decode_shape(const DecodeShape& s, const char* where) {
   auto check = [where](bool ok, const char* what) {
     if (!ok) throw std::invalid_argument(std::string(where) + ": " + what);
   };
-  check(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0, "q_heads must be a positive multiple of kv_heads");
+  check(s.kv_heads > 0 && s.q_heads > 0 && s.q_heads % s.kv_heads == 0,
+        "q_heads must be a positive multiple of kv_heads");
   check(s.q_heads / s.kv_heads <= 8, "GQA ratio above 8 is not supported");
   check(s.tokens_per_page >= 1 && s.tokens_per_page <= codec::kMaxTokensPerPage, "tokens_per_page out of range");
 }
@@ -81,21 +113,25 @@ DecodePlan make_decode_plan(std::span<const std::vector<PageRef>> seqs, const De
   for (const auto& s : seqs)
     for (const auto& pr : s)
       if (!cuda_reads(pr.format))
-        throw std::invalid_argument(std::string("make_decode_plan: no CUDA kernel reads ") + codec::to_string(pr.format) +
-                                    " pages");
+        throw std::invalid_argument(std::string("make_decode_plan: no CUDA kernel reads ") +
+                                    codec::to_string(pr.format) + " pages");
   // Each format's split size: the caller's, or the automatic one for the whole batch's tokens.
   std::array<int, codec::kNumPageFormats> format_split{};
   {
     size_t tokens = 0;
     std::array<size_t, codec::kNumPageFormats> format_tokens{};
-    for (const auto& s : seqs)
-      for (const auto& pr : s) {
+    std::array<std::vector<size_t>, codec::kNumPageFormats> format_pages;  // per sequence
+    for (auto& v : format_pages) v.assign(seqs.size(), 0);
+    for (size_t si = 0; si < seqs.size(); ++si)
+      for (const auto& pr : seqs[si]) {
         tokens += pr.tokens;
         format_tokens[static_cast<int>(pr.format)] += pr.tokens;
+        ++format_pages[static_cast<int>(pr.format)][si];
       }
     for (int f = 0; f < codec::kNumPageFormats; ++f) {
-      const int cap = split_cap(static_cast<codec::PageFormat>(f), format_tokens[f], tokens, seqs.size(), shape);
-      format_split[f] = split_tokens > 0 ? split_tokens : auto_split_tokens(tokens, shape, cap);
+      format_split[f] = split_tokens > 0 ? split_tokens
+                                         : format_split_tokens(static_cast<codec::PageFormat>(f), format_tokens[f],
+                                                               tokens, format_pages[f], shape);
     }
   }
   DecodePlan plan;

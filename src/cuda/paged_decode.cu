@@ -87,7 +87,7 @@ constexpr int min_blocks() {
   constexpr int lab[4] = {MINIMAKV_DECODE_MIN_BLOCKS_0, MINIMAKV_DECODE_MIN_BLOCKS_1, MINIMAKV_DECODE_MIN_BLOCKS_2,
                           MINIMAKV_DECODE_MIN_BLOCKS_3};
   if (D <= 128 && lab[codec::format_index(F)] > 0) return lab[codec::format_index(F)];
-  return kRotatedFormat<F> ? (D == 256 ? 3 : 4) : (D == 256 ? 2 : 3);
+  return decode_ctas_per_sm(F, D);
 #endif
 }
 template <codec::PageFormat F, int D>

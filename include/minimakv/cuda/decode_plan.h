@@ -28,6 +28,12 @@ constexpr bool cuda_reads(codec::PageFormat f) {
   return codec::format_index(f) < codec::kNumPageFormats;
 }
 
+// CTAs of decode_split_kernel<f, head_dim> an SM holds at once: the kernel's __launch_bounds__ minimum
+// (its shared-memory rings are sized for it), and what the automatic split size counts waves with.
+constexpr int decode_ctas_per_sm(codec::PageFormat f, int head_dim) {
+  return codec::format_spec(f).rotated ? (head_dim >= 256 ? 3 : 4) : (head_dim >= 256 ? 2 : 3);
+}
+
 // One page of one sequence, in logical order.
 struct PageRef {
   codec::PageFormat format = codec::PageFormat::kFp8;
