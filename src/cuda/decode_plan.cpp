@@ -53,25 +53,26 @@ double wave_cost(codec::PageFormat f, std::span<const size_t> per_seq_pages, con
 //   13% slower). So they are taken where the wave model above puts them within 10% of the shorter
 //   splits (with many waves: 5% more at 32K batch 32, measured 8% faster). On the canary's mixed
 //   layout the FP8 pages are the few Recent and Anchor ones beside the TQ3 launch, where the longer
-//   splits lost: they apply only where the format holds at least half of the batch's tokens.
+//   splits lost: a minority format takes them only from 4M token-heads (the FP8 launch then has many
+//   waves of its own), where they made mixed decode at 128K, batch 8 and 32, 2-6% faster.
 // - TQ3 and TQ4: their heavier tiles gain only from tokens x KV heads >= 4M and lose below that (mixed at
 //   32K batch 8).
 int format_split_tokens(codec::PageFormat f, size_t format_tokens, size_t tokens, std::span<const size_t> per_seq_pages,
                         const DecodeShape& shape) {
   const int base = auto_split_tokens(tokens, shape);
+  const bool many_token_heads = tokens * static_cast<size_t>(shape.kv_heads) >= (size_t{4} << 20);
   switch (f) {
     case codec::PageFormat::kFp8:
     case codec::PageFormat::kBf16: {
       if (f == codec::PageFormat::kBf16 && shape.head_dim < 256) return base;
       const int longer = auto_split_tokens(tokens, shape, 2048);
-      if (longer == base || 2 * format_tokens < tokens) return base;
+      if (longer == base || (2 * format_tokens < tokens && !many_token_heads)) return base;
       return wave_cost(f, per_seq_pages, shape, longer) <= 1.1 * wave_cost(f, per_seq_pages, shape, base) ? longer
                                                                                                           : base;
     }
     case codec::PageFormat::kTq3:
     case codec::PageFormat::kTq4:
-      return auto_split_tokens(tokens, shape,
-                               tokens * static_cast<size_t>(shape.kv_heads) >= (size_t{4} << 20) ? 2048 : 1024);
+      return auto_split_tokens(tokens, shape, many_token_heads ? 2048 : 1024);
   }
   return base;
 }

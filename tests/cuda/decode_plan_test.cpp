@@ -89,11 +89,12 @@ TEST(DecodePlan, AutomaticSplitSizeFollowsTheFormatAndTheWaves) {
   EXPECT_EQ(largest_split(F::kTq4, 32, k32, 128, 0), 2048);
   EXPECT_EQ(largest_split(F::kFp8, 8, k32, 128, 512), 512);
 
-  // Mixed: FP8 Recent pages beside TQ3 history keep 1,024-token splits; FP8 holding most tokens gets 2,048.
-  auto mixed_largest = [&](int fp8_every) {
+  // Mixed: FP8 Recent pages beside TQ3 history keep 1,024-token splits below 4M token-heads; FP8 holding
+  // most tokens gets 2,048.
+  auto mixed_largest = [&](int fp8_every, size_t batch) {
     const int B = 256;
     const cuda::DecodeShape shape{32, 8, 128, B, 0.0f};
-    std::vector<std::vector<cuda::PageRef>> seqs(8);
+    std::vector<std::vector<cuda::PageRef>> seqs(batch);
     uint32_t next_id = 1;
     for (auto& pages : seqs)
       for (uint32_t p = 0; p * B < k32; ++p)
@@ -108,8 +109,9 @@ TEST(DecodePlan, AutomaticSplitSizeFollowsTheFormatAndTheWaves) {
     }
     return largest;
   };
-  EXPECT_EQ(mixed_largest(4), 1024);  // a quarter of the pages FP8
-  EXPECT_EQ(mixed_largest(1), 2048);  // every page FP8
+  EXPECT_EQ(mixed_largest(4, 8), 1024);   // a quarter of the pages FP8, 2M token-heads
+  EXPECT_EQ(mixed_largest(1, 8), 2048);   // every page FP8
+  EXPECT_EQ(mixed_largest(4, 32), 2048);  // a quarter FP8, but 8M token-heads: many waves of FP8 splits too
 }
 
 // The merge ranges name, for every batch item and format, exactly the splits of that (format, item):
