@@ -13,6 +13,7 @@
 #include "minimakv/cuda/paged_prefill.h"
 #include "prefill_consume_mma.cuh"
 #include "prefill_consume_wgmma.cuh"
+#include "prefill_produce.cuh"
 #include "prefill_tile.cuh"
 #include "require.h"
 
