@@ -264,7 +264,11 @@ TEST(Engine, RejectsNonFiniteAndOutOfRangeOptions) {
 
 // The shipped (BF16) checkpoint stays BF16 in RAM by default on the CPU: half the bytes of fp32 weights,
 // and the model computes what the fp32-weight model computes (the widening is exact; only the order of
-// the sums differs), down to the greedy text.
+// the sums differs), down to the greedy text. The KV cache rounds K and V to its format, so a last-bit
+// difference of order can move a stored value by a unit of that format, and how often depends on the
+// CPU's OpenBLAS kernel. On an AVX2 machine the relative logit difference measured 1e-4 with BF16 KV,
+// 3e-3 with FP8 and 8e-3 with minima: the logits are compared with BF16 KV, the finest, at 10x that;
+// under minima's codes only the greedy text is.
 TEST(Engine, Bf16WeightsInHostMemoryHalveTheBytesAndKeepTheOutput) {
   const Model& bf = shipped();
   LoadOptions o;
@@ -278,16 +282,22 @@ TEST(Engine, Bf16WeightsInHostMemoryHalveTheBytesAndKeepTheOutput) {
               0.01 * static_cast<double>(mb.checkpoint_bytes));
   EXPECT_GT(mf.weight_bytes, 19 * mb.weight_bytes / 10);
   const auto ids = f32.tokenizer().encode(needle_prompt("4417302"));
-  GenerateOptions g = needle_options(cache::KvMode::kMinima);
-  g.keep_prompt_logits = true;
-  const auto a = generate(bf, ids, g), b = generate(f32, ids, g);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.prompt_logits.size(); ++i) {
-    num += std::pow(static_cast<double>(a.prompt_logits[i]) - b.prompt_logits[i], 2);
-    den += std::pow(static_cast<double>(b.prompt_logits[i]), 2);
+  for (const auto mode : {cache::KvMode::kBf16, cache::KvMode::kMinima}) {
+    GenerateOptions g = needle_options(mode);
+    g.keep_prompt_logits = true;
+    const auto a = generate(bf, ids, g), b = generate(f32, ids, g);
+    ASSERT_EQ(a.prompt_logits.size(), b.prompt_logits.size());
+    ASSERT_FALSE(a.prompt_logits.empty());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.prompt_logits.size(); ++i) {
+      num += std::pow(static_cast<double>(a.prompt_logits[i]) - b.prompt_logits[i], 2);
+      den += std::pow(static_cast<double>(b.prompt_logits[i]), 2);
+    }
+    if (mode == cache::KvMode::kBf16) {
+      EXPECT_LT(std::sqrt(num / den), 1e-3);
+    }
+    EXPECT_EQ(a.tokens, b.tokens) << cache::to_string(mode);
   }
-  EXPECT_LT(std::sqrt(num / den), 1e-4);
-  EXPECT_EQ(a.tokens, b.tokens);
 }
 
 TEST(Engine, RejectsBadInput) {
