@@ -17,24 +17,6 @@
 
 namespace minimakv::cuda::detail {
 
-template <int NT>
-__device__ inline void wgmma_qk(float (&s)[NT * 4], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (NT == 8)
-    wgmma_ss_n64(s, a, b, accumulate);
-  else
-    wgmma_ss_n32(s, a, b, accumulate);
-}
-
-template <int D>
-__device__ inline void wgmma_pv(float (&o)[D / 2], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (D == 64)
-    wgmma_rs_n64(o, a, b);
-  else if constexpr (D == 128)
-    wgmma_rs_n128(o, a, b);
-  else
-    wgmma_rs_n256(o, a, b);
-}
-
 template <codec::PageFormat F, int D, int QT>
 __device__ void prefill_consume_wgmma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   using T = PrefillTile<F, D, QT, true>;
@@ -70,7 +52,7 @@ __device__ void prefill_consume_wgmma(const PrefillParams& p, const PrefillWork&
     for (int qt = 0; qt < QT; ++qt)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
-        wgmma_qk<NT>(s_acc, gmma_desc(q_base + qt * T::kRows * T::kRowBytes + kk * 2 * T::kQLbo, T::kQLbo, T::kQSbo),
+        wgmma_ss<__half, 8 * NT>(s_acc, gmma_desc(q_base + qt * T::kRows * T::kRowBytes + kk * 2 * T::kQLbo, T::kQLbo, T::kQSbo),
                      gmma_desc(kb + kk * 2 * T::kKLbo, T::kKLbo, T::kKSbo), qt | kk);
     wgmma_commit();
     if constexpr (T::kPingPong)
@@ -93,7 +75,7 @@ __device__ void prefill_consume_wgmma(const PrefillParams& p, const PrefillWork&
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kKeys / 16; ++kk)
-      wgmma_pv<D>(o_acc, pa[kk], gmma_desc(vb + kk * 2 * T::kVLbo, T::kVLbo, T::kVSbo));
+      wgmma_rs<__half, D>(o_acc, pa[kk], gmma_desc(vb + kk * 2 * T::kVLbo, T::kVLbo, T::kVSbo));
     wgmma_commit();
     wgmma_wait<0>();
     if (t + T::kBuffers < n) named_arrive(T::kEmptyBar + b, T::kThreads);
