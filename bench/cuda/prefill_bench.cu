@@ -2,13 +2,14 @@
 // paged K/V in BF16, FP8 and the mixed layout the tier controller leaves between chunks (FP8 sink,
 // anchors, recent window and the chunk's own pages, TQ3 elsewhere), with and without page scores, on
 // pages written by our own append and conversion kernels, by every prefill kernel the GPU runs (wgmma
-// and mma.sync consumers). Each (kernel, arm) is first checked against the fp64 reference on a small
-// problem of the same geometry (relative L2 <= 3e-3, else the run fails before timing), then timed with
+// with BF16 pages by the tensor copy engine, wgmma, and mma.sync consumers). Each (kernel, arm) is first
+// checked against the fp64 reference on a small problem of the same geometry (relative L2 <= 3e-3, or
+// 6e-3 where BF16 pages meet bf16 operands, else the run fails before timing), then timed with
 // CUDA events (warm-up, then >= 10 repetitions; median and min-max). TFLOP/s counts the causal
 // attention's useful work, 4 * q_heads * head_dim * S (S + 1) / 2, the same count PyTorch's SDPA is
 // given in scripts/bench/sdpa_prefill.py.
 // --configs, --arms and --kernels LIST keep the configurations, layouts (bf16, fp8, mixed, mixed+scores)
-// and kernels (wgmma, mma) whose names start with one of the comma-separated prefixes.
+// and kernels (tma, wgmma, mma) whose names start with one of the comma-separated prefixes.
 // Usage: cuda_prefill_bench [--reps N] [--quick] [--chunk N] [--split-tokens N] [--configs LIST]
 //                           [--arms LIST] [--kernels LIST] [--json FILE]
 #include <cuda_runtime.h>
@@ -133,8 +134,8 @@ struct Problem {
     for (int c0 = first; c0 < tokens; c0 += chunk) {
       ChunkRun r;
       const std::vector<cuda::PrefillSeq> seqs{chunk_seq(a, c0, std::min(chunk, tokens - c0), shape.tokens_per_page)};
-      r.plan = cuda::make_prefill_plan(seqs, shape, split_tokens);
       r.ws = std::make_unique<cuda::PrefillWorkspace>(shape, kernel);
+      r.plan = cuda::make_prefill_plan(seqs, shape, r.ws->tiling(), split_tokens);
       if (a == Arm::kMixedScores) {
         r.page_m = cuda::DeviceArray<float>(static_cast<size_t>(r.plan.stats_size));
         r.page_l = cuda::DeviceArray<float>(r.page_m.size());
@@ -247,11 +248,13 @@ int main(int argc, char** argv) {
       {"d256 16K h24/4 p256", 16384, 24, 4, 256, 256},
       {"8b 32K h32/8 d128 p256", 32768, 32, 8, 128, 256},
       {"d256 32K h24/4 p256", 32768, 24, 4, 256, 256},
+      {"8b 32K h32/8 d128 p64", 32768, 32, 8, 128, 64},  // the engine's default page size
   };
   if (quick) configs.resize(2);
   std::erase_if(configs, [&](const Config& c) { return !bench::matches_prefix(prefixes, c.name); });
   std::vector<cuda::PrefillKernel> kernels{cuda::PrefillKernel::kMma};
-  if (cuda::prefill_wgmma_available()) kernels.insert(kernels.begin(), cuda::PrefillKernel::kWgmma);
+  if (cuda::prefill_wgmma_available())
+    kernels.insert(kernels.begin(), {cuda::PrefillKernel::kTma, cuda::PrefillKernel::kWgmma});
   std::erase_if(kernels,
                 [&](cuda::PrefillKernel k) { return !bench::matches_prefix(kernel_prefixes, cuda::to_string(k)); });
   std::vector<Row> rows;
@@ -271,13 +274,15 @@ int main(int argc, char** argv) {
         const std::string arm = std::string(arm_name(a)) + " " + cuda::to_string(kernel);
         const std::string key = std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) + "/" +
                                 std::to_string(c.d) + "/" + std::to_string(c.B) + " " + arm;
+        // bf16 query and softmax weights meet BF16 pages under kTma (paged_prefill.h's precision note).
+        const double bound = kernel == cuda::PrefillKernel::kTma && a == Arm::kBf16 ? 6e-3 : 3e-3;
         if (!checked.count(key)) {
           checked[key] = validate(c, a, kernel);
           std::printf("h%s: relative L2 vs fp64 reference %.2e %s\n", key.c_str(), checked[key],
-                      checked[key] <= 3e-3 ? "ok" : "FAILED");
+                      checked[key] <= bound ? "ok" : "FAILED");
         }
         const double err = checked[key];
-        const bool ok = err <= 3e-3;
+        const bool ok = err <= bound;
         all_valid = all_valid && ok;
         if (!ok) continue;
         Problem prob(shape, a, c.tokens, 0, chunk, split_tokens, kernel);

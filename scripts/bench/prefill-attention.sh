@@ -29,14 +29,16 @@ grep -E "relative L2|FAILED|GPU:" "$OUT/ours.txt" || true
 echo "== PyTorch SDPA"
 python3 scripts/bench/sdpa_prefill.py ${QUICK:+--quick} --json "$OUT/sdpa.json" >"$OUT/sdpa.txt" 2>&1 || cat "$OUT/sdpa.txt"
 python3 - "$OUT" <<'PY'
-import json, os, sys
+import json, os, re, sys
 out = sys.argv[1]
 ours = json.load(open(f"{out}/ours.json")) if os.path.exists(f"{out}/ours.json") else []
-sdpa = {r["config"]: r for r in json.load(open(f"{out}/sdpa.json"))} if os.path.exists(f"{out}/sdpa.json") else {}
+# SDPA has no pages: a geometry's row serves every page size of it (the name without its " pN").
+geometry = lambda name: re.sub(r" p\d+$", "", name)
+sdpa = {geometry(r["config"]): r for r in json.load(open(f"{out}/sdpa.json"))} if os.path.exists(f"{out}/sdpa.json") else {}
 print("\n| config | arm | ms (median) | min-max | TFLOP/s | SDPA ms (backend) | SDPA TFLOP/s | ours / SDPA TFLOP/s |")
 print("|---|---|---|---|---|---|---|---|")
 for r in ours:
-    s = sdpa.get(r["config"])
+    s = sdpa.get(geometry(r["config"]))
     ref = f"{s['ms_median']:.2f} ({s['backend']}) | {s['tflops']:.1f} | {r['tflops'] / s['tflops']:.2f}" if s else "- | - | -"
     print(f"| {r['config']} | {r['arm']} | {r['ms_median']:.2f} | {r['ms_min']:.2f}-{r['ms_max']:.2f} | {r['tflops']:.1f} | {ref} |")
 PY

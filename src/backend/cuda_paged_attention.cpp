@@ -104,12 +104,12 @@ void CudaPagedAttention::prefill(const cache::ForwardStep& step, const DevicePag
     ps.push_back(std::move(p));
   }
   const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
-  const auto plan = cuda::make_prefill_plan(ps, shape);
   if (!prefill_ws_ || !same_geometry(prefill_shape_, shape)) {
     check(cudaStreamSynchronize(stream_->s), "prefill workspace");  // the old one may still be read
     prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(shape);
     prefill_shape_ = shape;
   }
+  const auto plan = cuda::make_prefill_plan(ps, shape, prefill_ws_->tiling());
   phase.reset();
   phase.emplace(profile_, "att prefill launch");
   const size_t qh = static_cast<size_t>(q_heads), rows = static_cast<size_t>(plan.rows);

@@ -1,3 +1,5 @@
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -11,6 +13,8 @@
 #include "attention_kernels.cuh"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_prefill.h"
+#include "prefill_bf16_consume.cuh"
+#include "prefill_bf16_tile.cuh"
 #include "prefill_consume_mma.cuh"
 #include "prefill_consume_wgmma.cuh"
 #include "prefill_produce.cuh"
@@ -61,7 +65,9 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   const int w = reinterpret_cast<const int32_t*>(p.plan + p.off_order)[i];
   const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
   const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
-  switch (splits[works[w].split].format) {
+  const int format = splits[works[w].split].format;
+  if (!((p.formats >> format) & 1u)) return;  // another kernel attends this work
+  switch (format) {
     case codec::format_index(codec::PageFormat::kBf16):
       prefill_tile<codec::PageFormat::kBf16, D, QT, Wg>(p, w, h, smem);
       break;
@@ -75,6 +81,38 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
       prefill_tile<codec::PageFormat::kTq3, D, QT, Wg>(p, w, h, smem);
       break;
   }
+}
+
+// The BF16 CTA (PrefillKernel::kTma): one per (work, KV head) in launch order, like prefill_tile_kernel;
+// CTAs of other formats' works return at once. Its producer warpgroup gives registers to the two consumer
+// warpgroups (40 + 2 x 232 = 3 x 168, the cap at entry); at head_dim 256 one consumer warpgroup fits.
+template <int D, int QT>
+__global__ void __launch_bounds__(Bf16Tile<D, QT>::kThreads, 1)
+    prefill_bf16_kernel(const __grid_constant__ PrefillTmaParams tp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Bf16Tile<D, QT>;
+  const PrefillParams& p = tp.p;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms are 1 KiB
+  const int i = blockIdx.x / p.kv_heads, h = blockIdx.x % p.kv_heads;
+  if (i >= p.n_works) return;
+  const int w = reinterpret_cast<const int32_t*>(p.plan + p.off_order)[i];
+  const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
+  const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
+  if (splits[works[w].split].format != codec::format_index(codec::PageFormat::kBf16)) return;
+  init_bf16_barriers<T>(smem_u32(smem));
+  const PrefillWork c = load_work(p, w, h, T::kKeys);
+  if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
+    if constexpr (T::kGroups == 2) setmaxnreg_dec<40>();
+    prefill_produce_bf16<D, QT>(tp, c, smem);
+  } else {
+    if constexpr (T::kGroups == 2) setmaxnreg_inc<232>();
+    prefill_consume_bf16<D, QT>(p, c, smem);
+  }
+#else
+  (void)tp;
+  __trap();
+#endif
 }
 
 // row_total[row][hq] = sum over the pages the row's position reaches of exp(m_p - m) l_p / l.
@@ -127,15 +165,35 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
   prefill_tile_kernel<D, QT, Wg><<<p.n_works * p.kv_heads, threads, bytes, st>>>(p);
 }
 
+template <int D, int QT>
+void launch_bf16(const PrefillTmaParams& tp, cudaStream_t st) {
+  constexpr size_t bytes = Bf16Tile<D, QT>::kBytes;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(prefill_bf16_kernel<D, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "prefill: shared memory attribute");
+    return true;
+  }();
+  (void)configured;
+  prefill_bf16_kernel<D, QT><<<tp.p.n_works * tp.p.kv_heads, Bf16Tile<D, QT>::kThreads, bytes, st>>>(tp);
+}
+
+// tp: the BF16 launch's parameters where the BF16 CTA attends the BF16 works (p.formats then leaves them
+// out), else null; others: whether works of other formats remain for prefill_tile_kernel.
 template <int D>
-void launch_prefill(const PrefillParams& p, int max_pages, bool rotate, PrefillKernel kernel, cudaStream_t st) {
+void launch_prefill(const PrefillParams& p, const PrefillTmaParams* tp, bool others, int max_pages, bool rotate,
+                    PrefillKernel kernel, cudaStream_t st) {
   if (rotate) rotate_rows_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p, nullptr);
   // Two query terms (logits close to fp32) and per-page partials where page scores are wanted.
-  const bool wg = kernel == PrefillKernel::kWgmma;
-  if (p.page_m)
-    wg ? launch_tiles<D, 2, true>(p, st) : launch_tiles<D, 2, false>(p, st);
-  else
-    wg ? launch_tiles<D, 1, true>(p, st) : launch_tiles<D, 1, false>(p, st);
+  const bool two = p.page_m != nullptr;
+  if (tp) two ? launch_bf16<D, 2>(*tp, st) : launch_bf16<D, 1>(*tp, st);
+  const bool wg = kernel != PrefillKernel::kMma;
+  if (others) {
+    if (two)
+      wg ? launch_tiles<D, 2, true>(p, st) : launch_tiles<D, 2, false>(p, st);
+    else
+      wg ? launch_tiles<D, 1, true>(p, st) : launch_tiles<D, 1, false>(p, st);
+  }
   // One warp per (row, query head) takes the row's few partials in work order.
   const MergeParams mp{reinterpret_cast<const MergeRange*>(p.plan + p.off_ranges),
                        reinterpret_cast<const MergeRow*>(p.plan + p.off_rows), nullptr, p.tile_tokens};
@@ -144,6 +202,39 @@ void launch_prefill(const PrefillParams& p, int max_pages, bool rotate, PrefillK
     prefill_row_total_kernel<<<p.rows, (p.q_heads + 31) / 32 * 32, 0, st>>>(p);
     prefill_page_score_kernel<<<dim3(max_pages, p.n_seqs), 256, 0, st>>>(p);
   }
+}
+
+// The BF16 pool as a rank-4 tensor for the copy engine, [page][head][token][dim] with the layout's
+// strides, read in boxes of 64 dims x box_rows tokens with the 128-byte swizzle (out-of-range rows arrive
+// as zeros). False where the driver has no encoder or the layout breaks the engine's rules (16-byte
+// aligned base and strides); the CTA then copies every tile with cp.async.
+bool encode_bf16_maps(PrefillTmaParams& tp, const PoolViews& pools, const DecodeShape& shape, uint64_t pages) {
+  static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const int fi = codec::format_index(codec::PageFormat::kBf16);
+  const DeviceLayout& L = pools.layout[fi];
+  uint8_t* base = pools.base[fi];
+  if (!encode || !base || tp.box_rows == 0) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(shape.head_dim), static_cast<cuuint64_t>(shape.tokens_per_page),
+                              static_cast<cuuint64_t>(shape.kv_heads), pages};
+  const cuuint64_t strides[3] = {L.row, L.code_stride, L.page_bytes};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(tp.box_rows), 1, 1}, unit[4] = {1, 1, 1, 1};
+  for (const cuuint64_t x : {strides[0], strides[1], strides[2], static_cast<cuuint64_t>(L.v_codes),
+                             static_cast<cuuint64_t>(reinterpret_cast<uintptr_t>(base))})
+    if (x % 16 != 0) return false;
+  for (auto [map, at] : {std::pair{&tp.k_map, base}, std::pair{&tp.v_map, base + L.v_codes}})
+    if (encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, at, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  return true;
 }
 
 size_t align16(size_t n) {
@@ -186,6 +277,8 @@ const char* to_string(PrefillKernel k) {
       return "mma";
     case PrefillKernel::kWgmma:
       return "wgmma";
+    case PrefillKernel::kTma:
+      return "tma";
     default:
       return "auto";
   }
@@ -196,9 +289,10 @@ PrefillWorkspace::PrefillWorkspace(const DecodeShape& shape, PrefillKernel kerne
   require(shape.kv_heads > 0 && shape.q_heads % shape.kv_heads == 0 && shape.q_heads / shape.kv_heads <= 8,
           "PrefillWorkspace: unsupported head counts");
   const bool wgmma = prefill_wgmma_available();
-  require(kernel != PrefillKernel::kWgmma || wgmma,
-          "PrefillWorkspace: the wgmma kernel needs a compute capability 9.0 GPU and a build with the sm_90a target");
-  kernel_ = kernel == PrefillKernel::kAuto ? (wgmma ? PrefillKernel::kWgmma : PrefillKernel::kMma) : kernel;
+  require(kernel == PrefillKernel::kAuto || kernel == PrefillKernel::kMma || wgmma,
+          std::string("PrefillWorkspace: the ") + to_string(kernel) +
+              " kernel needs a compute capability 9.0 GPU and a build with the sm_90a target");
+  kernel_ = kernel == PrefillKernel::kAuto ? (wgmma ? PrefillKernel::kTma : PrefillKernel::kMma) : kernel;
   check(cudaEventCreateWithFlags(&staged_copied_, cudaEventDisableTiming), "PrefillWorkspace: event");
 }
 
@@ -212,8 +306,8 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   require((io.page_m == nullptr) == (io.page_l == nullptr), "PrefillWorkspace::run: page_m and page_l go together");
   require(!io.score_acc || (io.page_m && io.m && io.l), "PrefillWorkspace::run: page scores need m, l, page_m, page_l");
   const int tile_rows = prefill_tile_rows(shape_.head_dim);
-  require(plan.tile_tokens == tile_rows / (shape_.q_heads / shape_.kv_heads) &&
-              plan.key_tile == prefill_key_tile(shape_.head_dim) && plan.rows > 0 && !plan.works.empty() &&
+  require(plan.tile_tokens == tile_rows / (shape_.q_heads / shape_.kv_heads) && plan.tiling == tiling() &&
+              plan.rows > 0 && !plan.works.empty() &&
               plan.launch_order.size() == plan.works.size() &&
               plan.merge_ranges.size() == (plan.tile_work_begin.size() - 1) * codec::kNumPageFormats &&
               plan.merge_rows.size() == static_cast<size_t>(plan.rows),
@@ -289,15 +383,33 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   p.tokens_per_page = shape_.tokens_per_page;
   int max_pages = 0;
   for (const auto& sq : plan.seqs) max_pages = std::max(max_pages, sq.pages);
+  // kTma: the BF16 works go to the BF16 CTA, whose tensor maps cover the pool up to the last page read.
+  const int bf16 = codec::format_index(codec::PageFormat::kBf16);
+  const bool direct = kernel_ == PrefillKernel::kTma && seen[bf16];
+  p.formats = direct ? ~(1u << bf16) : ~0u;
+  bool others = false;
+  for (int f = 0; f < codec::kNumPageFormats; ++f) others |= seen[f] && ((p.formats >> f) & 1u);
+  PrefillTmaParams tp{};
+  if (direct) {
+    tp.p = p;
+    const int K = prefill_bf16_key_tile(shape_.head_dim), B = shape_.tokens_per_page;
+    tp.box_rows = B >= K ? K : (K % B == 0 && B % 8 == 0 ? B : 0);
+    uint64_t pages = 0;
+    for (const auto& sp : plan.splits)
+      if (sp.format == bf16)
+        for (int e = sp.entry_begin; e < sp.entry_end; ++e)
+          pages = std::max<uint64_t>(pages, plan.entries[e].page_id + 1ull);
+    tp.tma = encode_bf16_maps(tp, pools, shape_, pages) ? 1 : 0;
+  }
   switch (shape_.head_dim) {
     case 64:
-      launch_prefill<64>(p, max_pages, tq3, kernel_, stream);
+      launch_prefill<64>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
     case 128:
-      launch_prefill<128>(p, max_pages, tq3, kernel_, stream);
+      launch_prefill<128>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
     default:
-      launch_prefill<256>(p, max_pages, tq3, kernel_, stream);
+      launch_prefill<256>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
   }
   check(cudaGetLastError(), "PrefillWorkspace::run");

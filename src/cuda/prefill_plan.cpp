@@ -27,16 +27,18 @@ double estimated_ctas(std::span<const PrefillSeq> seqs, int tile_tokens, int kv_
 
 }  // namespace
 
-PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens) {
+PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, const PrefillTiling& tiling,
+                              int split_tokens) {
   validate_decode_shape(shape, "make_prefill_plan");
   const int G = shape.q_heads / shape.kv_heads;
   const int B = shape.tokens_per_page;
   require(!seqs.empty(), "make_prefill_plan: no sequences");
+  require(tiling == prefill_tiling(shape.head_dim, false) || tiling == prefill_tiling(shape.head_dim, true),
+          "make_prefill_plan: no prefill kernel has this tiling at head_dim " + std::to_string(shape.head_dim));
   PrefillPlan plan;
-  plan.tile_tokens = prefill_tile_rows(shape.head_dim) / G;
-  plan.key_tile = prefill_key_tile(shape.head_dim);
-  const int TQ = plan.tile_tokens, KT = plan.key_tile;
-  const int slot = prefill_page_slot(B, KT);
+  plan.tiling = tiling;
+  plan.tile_tokens = tiling.rows / G;
+  const int TQ = plan.tile_tokens;
   if (split_tokens <= 0) {
     // One CTA per SM at a time (132 SMs): long splits keep the partials and the merge small; at least
     // six waves of CTAs keep the causal triangle's uneven works from leaving SMs idle at the end.
@@ -88,6 +90,7 @@ PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShap
       for (size_t sp = split0; sp < plan.splits.size(); ++sp) {
         const PlanSplit& rec = plan.splits[sp];
         if (static_cast<int64_t>(plan.entries[rec.entry_begin].logical) * B > tile_last) continue;
+        const int KT = tiling.keys[rec.format], slot = prefill_page_slot(B, KT);
         int64_t keys = 0;  // key index (in slots) just past the last key the tile's last row sees
         for (int e = rec.entry_begin; e < rec.entry_end; ++e) {
           const int64_t start = static_cast<int64_t>(plan.entries[e].logical) * B;

@@ -50,6 +50,7 @@ struct PrefillParams : AttendParams {
   int n_seqs, n_works, rows;
   double* row_total;  // [rows][q_heads], for the page scores
   int tile_tokens, tokens_per_page;
+  uint32_t formats;  // bit f: this launch attends the works of format f (others return at once)
 };
 
 // ---- PTX wrappers
@@ -277,13 +278,15 @@ struct ConsumerRows {
 // One key tile's online-softmax step on S in the m16n8 accumulator layout (this thread: rows g and g + 8
 // of each m16 tile, columns 8 nt + 2 t4 + {0, 1}): key scales, the causal mask, the new running maxima
 // (mref: the reference each probability was taken against), l and O rescaled, S turned into
-// probabilities in place. Masked is a template argument so that tiles below the diagonal (nearly all)
+// probabilities in place. With a `deferred` array O is left alone and each row's rescale factor is
+// written there instead, for a consumer whose PV product of the previous tile is still accumulating O
+// while this softmax runs (it rescales O before it issues the next PV). Masked is a template argument so that tiles below the diagonal (nearly all)
 // issue no loads of key positions: predicated-off loads still queue on the MIO pipe, and in Nsight
 // Compute they were a quarter of the BF16 consumers' stall samples (docs/benchmarks.md).
 template <codec::PageFormat F, bool Masked, int MI, int NT, int DT>
 __device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
                                     float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
-                                    const int* kpos, const float* kscale) {
+                                    const int* kpos, const float* kscale, float (*deferred)[2]) {
   // Scales and mask first: a column pair's scale and position are one 8-byte load each (j is even).
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -323,10 +326,14 @@ __device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4]
       const float corr = fast_exp2(m[mi][i] - mref[mi][i]);
       m[mi][i] = mn;
       lsum[mi][i] *= corr;
+      if (deferred) {
+        deferred[mi][i] = corr;
+      } else {
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[mi][dt][2 * i] *= corr;
-        o[mi][dt][2 * i + 1] *= corr;
+        for (int dt = 0; dt < DT; ++dt) {
+          o[mi][dt][2 * i] *= corr;
+          o[mi][dt][2 * i + 1] *= corr;
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -344,11 +351,12 @@ __device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4]
 template <codec::PageFormat F, int MI, int NT, int DT>
 __device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
                                     float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
-                                    const int* kpos, const float* kscale, bool masked) {
+                                    const int* kpos, const float* kscale, bool masked,
+                                    float (*deferred)[2] = nullptr) {
   if (masked)
-    softmax_tile<F, true>(s, o, m, lsum, mref, rows, kpos, kscale);
+    softmax_tile<F, true>(s, o, m, lsum, mref, rows, kpos, kscale, deferred);
   else
-    softmax_tile<F, false>(s, o, m, lsum, mref, rows, kpos, kscale);
+    softmax_tile<F, false>(s, o, m, lsum, mref, rows, kpos, kscale, deferred);
 }
 
 // Per-page partials (m_p, l_p) of a thread's rows, for the page scores: each tile adds every page's

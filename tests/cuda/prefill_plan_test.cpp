@@ -53,12 +53,21 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
   for (int trial = 0; trial < 200; ++trial) {
     const Case c = random_case(rng);
     const int split_tokens = std::array{0, 128, 1024}[trial % 3];
-    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, split_tokens);
+    const bool bf16_direct = trial % 2 == 1;  // both kernels' tilings
+    const auto plan =
+        cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, bf16_direct), split_tokens);
     const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
     ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 ? 64 : 128) / G);
-    ASSERT_EQ(plan.key_tile, c.shape.head_dim > 128 ? 32 : 64);
-    const int slot = B >= plan.key_tile ? (B + plan.key_tile - 1) / plan.key_tile * plan.key_tile : B;
-    ASSERT_EQ(cuda::prefill_page_slot(B, plan.key_tile), slot);
+    // Keys per tile of each format: the fp16 kernels' for FP8 and TQ3, twice as many for BF16 read by the
+    // copy engine.
+    std::array<int, codec::kNumPageFormats> kt{}, slots{};
+    for (int f = 0; f < codec::kNumPageFormats; ++f) {
+      const bool wide = bf16_direct && f == codec::format_index(PageFormat::kBf16);
+      kt[f] = (c.shape.head_dim > 128 ? 32 : 64) * (wide ? 2 : 1);
+      ASSERT_EQ(plan.tiling.keys[f], kt[f]);
+      slots[f] = B >= kt[f] ? (B + kt[f] - 1) / kt[f] * kt[f] : B;
+      ASSERT_EQ(cuda::prefill_page_slot(B, kt[f]), slots[f]);
+    }
     ASSERT_EQ(plan.seqs.size(), c.seqs.size());
     int64_t stats = 0;
     int32_t score_pages = 0, tiles = 0, rows = 0;
@@ -84,6 +93,7 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
           EXPECT_EQ(sp.tok_end, B);
           EXPECT_LE(static_cast<int64_t>(plan.entries[sp.entry_begin].logical) * B, last) << "work past its tile";
           int64_t last_key = -1;  // key index (slot space) of the last key the tile's last row sees
+          const int slot = slots[sp.format];
           for (int e = sp.entry_begin; e < sp.entry_end; ++e) {
             const auto& en = plan.entries[e];
             EXPECT_EQ(en.seq, s);
@@ -94,7 +104,7 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
               if (en.logical * B + t <= last) last_key = static_cast<int64_t>(e - sp.entry_begin) * slot + t;
           }
           ASSERT_GE(last_key, 0);
-          EXPECT_EQ(work.key_tiles, last_key / plan.key_tile + 1) << "key tiles of a work";
+          EXPECT_EQ(work.key_tiles, last_key / kt[sp.format] + 1) << "key tiles of a work";
         }
         for (uint32_t p = 0; p <= last / B; ++p) {
           EXPECT_EQ(seen[p], 1) << "page " << p << " of tile " << k;
@@ -135,7 +145,8 @@ TEST(PrefillPlan, MergeRangesAndRowsNameEachRowsTileAndItsWorks) {
   auto rng = testing::rng_for_test();
   for (int trial = 0; trial < 200; ++trial) {
     const Case c = random_case(rng);
-    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, std::array{0, 128, 1024}[trial % 3]);
+    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, trial % 2 == 1),
+                                              std::array{0, 128, 1024}[trial % 3]);
     const size_t tiles = plan.tile_work_begin.size() - 1;
     ASSERT_EQ(plan.merge_ranges.size(), tiles * codec::kNumPageFormats);
     ASSERT_EQ(plan.merge_rows.size(), static_cast<size_t>(plan.rows));
@@ -165,7 +176,8 @@ TEST(PrefillPlan, SplitsFillTheGpuAndStayWithinBounds) {
   // keys towards six CTAs per SM of a 132-SM part and stop at their 512-key floor; whole pages only.
   cuda::PrefillSeq s{0, 512, 16384 - 512, {}};
   for (uint32_t p = 0; p < 256; ++p) s.pages.push_back({p < 248 ? PageFormat::kTq3 : PageFormat::kFp8, p + 1, 64});
-  const auto plan = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{s}, {4, 2, 128, 64, 0.0f});
+  const auto plan =
+      cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{s}, {4, 2, 128, 64, 0.0f}, cuda::prefill_tiling(128, false));
   EXPECT_EQ(plan.tile_tokens, 64);
   EXPECT_EQ(plan.splits.size(), 32u);  // 248 TQ3 pages in 31 splits, 8 FP8 pages in one
   EXPECT_GE(plan.works.size() * 2, 500u);
@@ -173,9 +185,17 @@ TEST(PrefillPlan, SplitsFillTheGpuAndStayWithinBounds) {
   // A 4K chunk at 32K: enough tiles that splits stay at their longest.
   cuda::PrefillSeq big{0, 4096, 32768 - 4096, {}};
   for (uint32_t p = 0; p < 128; ++p) big.pages.push_back({PageFormat::kBf16, p + 1, 256});
-  const auto wide = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{big}, {32, 8, 128, 256, 0.0f});
+  const auto wide = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{big}, {32, 8, 128, 256, 0.0f},
+                                            cuda::prefill_tiling(128, true));
   EXPECT_EQ(wide.splits.size(), 2u);
   EXPECT_EQ(wide.splits[0].entry_end - wide.splits[0].entry_begin, 64);
+  // 128-key BF16 tiles, 32-token query tiles: the last query tile reads all 128 tiles of its second
+  // split's 16,384 keys; the first (last row at position 28,703) the split's keys up to that position.
+  const auto last_work = wide.works[wide.tile_work_begin[wide.tile_work_begin.size() - 2] + 1];
+  EXPECT_EQ(wide.tile_tokens, 32);
+  EXPECT_EQ(last_work.key_tiles, 128);
+  EXPECT_EQ(wide.works[0].key_tiles, 128);
+  EXPECT_EQ(wide.works[1].key_tiles, (28703 - 16384) / 128 + 1);
 }
 
 TEST(PrefillPlan, BadInputsAreRefused) {
@@ -183,7 +203,7 @@ TEST(PrefillPlan, BadInputsAreRefused) {
   std::vector<cuda::PageRef> pages;
   for (uint32_t p = 0; p < 4; ++p) pages.push_back({PageFormat::kFp8, p + 1, p < 3 ? 64u : 8u});
   auto bad = [&](std::vector<cuda::PrefillSeq> seqs, cuda::DecodeShape sh) {
-    EXPECT_THROW(cuda::make_prefill_plan(seqs, sh), std::invalid_argument);
+    EXPECT_THROW(cuda::make_prefill_plan(seqs, sh, cuda::prefill_tiling(128, false)), std::invalid_argument);
   };
   bad({}, shape);
   bad({{0, 0, 199, pages}}, shape);                       // no rows
@@ -204,7 +224,13 @@ TEST(PrefillPlan, BadInputsAreRefused) {
   auto too_many = pages;
   too_many[0].tokens = 65;
   bad({{0, 10, 190, too_many}}, shape);
-  EXPECT_NO_THROW(cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{{0, 10, 190, pages}}, shape));
+  const std::vector<cuda::PrefillSeq> ok{{0, 10, 190, pages}};
+  EXPECT_NO_THROW(cuda::make_prefill_plan(ok, shape, cuda::prefill_tiling(128, false)));
+  // A tiling no kernel has (keys per tile, or rows, of another head_dim) is refused.
+  EXPECT_THROW(cuda::make_prefill_plan(ok, shape, cuda::prefill_tiling(256, false)), std::invalid_argument);
+  auto odd = cuda::prefill_tiling(128, false);
+  odd.keys[codec::format_index(PageFormat::kFp8)] = 128;
+  EXPECT_THROW(cuda::make_prefill_plan(ok, shape, odd), std::invalid_argument);
 }
 
 }  // namespace

@@ -14,8 +14,10 @@
 // TQ3 levels round to 11 bits) and V values with their scale as fp16. The query is one fp16 term, or
 // two (hi + lo) when per-page partials are asked for, so page scores see logits close to fp32; the
 // softmax weights are fp16. The output matches an fp64 reference over the same dequantized pages to
-// about 1e-3 relative L2, far below the FP8 codec's own error. The decode kernels (paged_decode.h) stay
-// close to fp32 throughout.
+// about 1e-3 relative L2, far below the FP8 codec's own error. Under kTma, BF16 pages meet the query and
+// the softmax weights as bf16 instead (what FlashAttention and PyTorch's SDPA compute for a BF16 model):
+// about 3.5e-3 with one query term (the query's rounding dominates), 1e-3 with two. The decode kernels
+// (paged_decode.h) stay close to fp32 throughout.
 // Softmax partials are in the NATURAL logarithm at every output. Supported: head_dim 64/128/256, GQA
 // ratios 1..8, any page size the store allows, partial last pages, any format mix and page order.
 #pragma once
@@ -34,10 +36,13 @@
 namespace minimakv::cuda {
 
 // The tensor-core instructions the CTA's consumers use: wgmma (Hopper, sm_90a) or mma.sync (any GPU the
-// build targets). kAuto picks wgmma where it is available.
-enum class PrefillKernel { kAuto, kMma, kWgmma };
+// build targets). kTma is wgmma with BF16 pages read by the bulk tensor copy engine straight into bf16
+// operands (128-key tiles, no decode pass; src/cuda/prefill_bf16_tile.cuh), other formats as kWgmma.
+// kAuto picks kTma where it is available.
+enum class PrefillKernel { kAuto, kMma, kWgmma, kTma };
 const char* to_string(PrefillKernel k);
-// Whether this build has the wgmma kernel and the current device loads it (compute capability 9.0).
+// Whether this build has the wgmma kernels (kWgmma, kTma) and the current device loads them (compute
+// capability 9.0).
 bool prefill_wgmma_available();
 
 // Device buffers of prefill calls, grown on demand (never inside a captured graph). One call at a time
@@ -55,6 +60,8 @@ class PrefillWorkspace {
   // the pools lack (nothing is launched then).
   DecodeStats run(const PrefillPlan& plan, const PoolViews& pools, const AttentionBuffers& io, cudaStream_t stream);
   PrefillKernel kernel() const { return kernel_; }  // never kAuto
+  // The tiling plans for this workspace are made with (make_prefill_plan).
+  PrefillTiling tiling() const { return prefill_tiling(shape_.head_dim, kernel_ == PrefillKernel::kTma); }
 
  private:
   DecodeShape shape_;

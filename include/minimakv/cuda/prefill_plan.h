@@ -34,6 +34,26 @@ MINIMAKV_HD constexpr int prefill_tile_rows(int head_dim) {
 MINIMAKV_HD constexpr int prefill_key_tile(int head_dim) {
   return head_dim > 128 ? 32 : 64;
 }
+// Keys of one BF16 tile where the copy engine fills shared memory straight with bf16 operands (no decode
+// pass, no staging ring): twice as many, so each QK^T instruction is 128 keys wide (64 at head_dim 256).
+MINIMAKV_HD constexpr int prefill_bf16_key_tile(int head_dim) {
+  return head_dim > 128 ? 64 : 128;
+}
+
+// The tiling a prefill kernel runs: query rows of a CTA and keys of one K/V tile per stored format.
+struct PrefillTiling {
+  int32_t rows = 0;
+  std::array<int32_t, codec::kNumPageFormats> keys{};
+  bool operator==(const PrefillTiling&) const = default;
+};
+// bf16_direct: BF16 pages read by the copy engine into bf16 operands (cuda::PrefillKernel::kTma).
+constexpr PrefillTiling prefill_tiling(int head_dim, bool bf16_direct) {
+  PrefillTiling t;
+  t.rows = prefill_tile_rows(head_dim);
+  t.keys.fill(prefill_key_tile(head_dim));
+  if (bf16_direct) t.keys[codec::format_index(codec::PageFormat::kBf16)] = prefill_bf16_key_tile(head_dim);
+  return t;
+}
 
 // One sequence of a prefill call: `n` query rows at positions first..first+n-1, stored at rows
 // [row_begin, row_begin + n) of q and out; `pages` are the pages the LAST row may see, in logical order
@@ -57,7 +77,7 @@ struct PrefillWorkRec {
 
 struct PrefillPlan {
   int tile_tokens = 0;  // query tokens per tile: prefill_tile_rows / GQA ratio
-  int key_tile = 0;     // keys per K/V tile (prefill_key_tile)
+  PrefillTiling tiling;  // the kernel's tiling the plan was made for
   std::vector<PrefillSeqRec> seqs;
   std::vector<PlanEntry> entries;        // grouped by (sequence, format), logical order inside a group
   std::vector<PlanSplit> splits;         // whole pages of one format of one sequence
@@ -79,9 +99,11 @@ MINIMAKV_HD constexpr int prefill_page_slot(int tokens_per_page, int key_tile) {
   return tokens_per_page >= key_tile ? (tokens_per_page + key_tile - 1) / key_tile * key_tile : tokens_per_page;
 }
 
-// split_tokens: keys per split (0: chosen so the grid fills the GPU). Throws std::invalid_argument on an
-// inconsistent shape or page list (a null page id, token counts outside [1, tokens_per_page], rows that
-// overlap, a last row whose position lies outside the listed pages).
-PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, int split_tokens = 0);
+// tiling: the kernel's (PrefillWorkspace::tiling(), one of prefill_tiling's); split_tokens: keys per split
+// (0: chosen so the grid fills the GPU). Throws std::invalid_argument on an inconsistent shape, tiling or
+// page list (a null page id, token counts outside [1, tokens_per_page], rows that overlap, a last row
+// whose position lies outside the listed pages).
+PrefillPlan make_prefill_plan(std::span<const PrefillSeq> seqs, const DecodeShape& shape, const PrefillTiling& tiling,
+                              int split_tokens = 0);
 
 }  // namespace minimakv::cuda

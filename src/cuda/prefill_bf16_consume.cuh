@@ -1,0 +1,155 @@
+// The consumers of the BF16 prefill CTA (prefill_bf16_tile.cuh has its layout, producer and hand-off):
+// one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
+//
+// Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 bf16 wgmmas, both
+// operands in shared memory (K-major, 128-byte swizzle), the shared softmax step (prefill_tile.cuh) on
+// the accumulators, then O += P V as m64nDk16 bf16 wgmmas with P from registers and V read MN-major.
+// The products overlap this warpgroup's own softmax: QK^T of tile t is issued, O is rescaled by tile
+// t - 1's factor, PV of tile t - 1 is issued, and the softmax of tile t runs as soon as its QK^T has
+// retired, while PV(t - 1) still accumulates (its rescale of O is deferred to the next step). With two
+// consumer warpgroups the other one's work fills the tensor cores as well.
+// Kernel lab: MINIMAKV_PREFILL_BF16_OVERLAP=0 builds the other loop order (PV(t - 1) and QK^T(t)
+// issued together and retired together, the softmax with O's rescale after them), which measured 3-9%
+// faster on an H200 but has not yet passed the GPU tests (docs/benchmarks.md).
+// Precision: Q (one bf16 term, or hi + lo when page scores are wanted), K, V and the probabilities are
+// bf16 on the tensor cores with fp32 accumulation, as FlashAttention computes a BF16 model; logits,
+// the softmax state and O stay fp32.
+// Invariant: compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
+#pragma once
+
+#include "prefill_bf16_tile.cuh"
+#include "wgmma.cuh"
+
+#ifndef MINIMAKV_PREFILL_BF16_OVERLAP
+#define MINIMAKV_PREFILL_BF16_OVERLAP 1
+#endif
+
+namespace minimakv::cuda::detail {
+
+template <int D, int QT>
+__device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  using T = Bf16Tile<D, QT>;
+  using Bf16 = __nv_bfloat16;
+  constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
+  stage_query_bf16<T, D, QT>(p, c, smem);
+  const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
+  const int q_min = c.sq.first + c.wk.tile_token;
+  const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;
+
+  float m[1][2] = {{-INFINITY, -INFINITY}}, lsum[1][2] = {{0.0f, 0.0f}}, o[1][DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
+  auto& o_acc = reinterpret_cast<float(&)[DT * 4]>(o);
+  float s[1][NT][4];
+  auto& s_acc = reinterpret_cast<float(&)[NT * 4]>(s);
+  uint32_t pa[K / 16][4];     // P of the last tile as the A fragments of its PV
+  PagePartials<1, NT> pages;  // with two query terms (both serve the page scores)
+
+  // S = Q K^T for tile t (base-2 logits); a k16 step is 32 bytes along a swizzled row.
+  auto issue_qk = [&](int t) {
+    const int b = t % S;
+    mbarrier_wait(sbase + T::full_k(b), (t / S) & 1);
+    const uint32_t kb = sbase + T::k_tile(b);
+#pragma unroll
+    for (int qt = 0; qt < QT; ++qt)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<Bf16, K>(s_acc, gmma_desc_sw128(q_base + qt * T::kQTerm + (kk / 4) * T::kQBlock + (kk % 4) * 32, 16, 1024),
+                          gmma_desc_sw128(kb + (kk / 4) * T::kKvBlock + (kk % 4) * 32, 16, 1024), qt | kk);
+    wgmma_commit();
+  };
+  // O += P V for tile t: a k16 step is 16 keys (two 8-row groups), N runs over the 64-column blocks.
+  auto issue_pv = [&](int t) {
+    const uint32_t vb = sbase + T::v_tile(t % S);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) wgmma_rs<Bf16, D>(o_acc, pa[kk], gmma_desc_sw128(vb + kk * 2048, T::kKvBlock, 1024));
+    wgmma_commit();
+  };
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) mbarrier_arrive(sbase + bar);
+  };
+#if MINIMAKV_PREFILL_BF16_OVERLAP
+  float corr[1][2];  // O's rescale for the last softmax, applied before the PV that follows it
+  float(*const deferred)[2] = corr;
+#else
+  float(*const deferred)[2] = nullptr;  // the softmax rescales O itself
+#endif
+  // The softmax of tile t (its positions arrive with its V).
+  auto softmax = [&](int t) {
+    const int b = t % S;
+    mbarrier_wait(sbase + T::full_v(b), (t / S) & 1);
+    const int* kpos = reinterpret_cast<const int*>(smem + T::meta(b));
+    const int4 mx = *reinterpret_cast<const int4*>(kpos + 2 * K);
+    const bool masked = max(max(mx.x, mx.y), max(mx.z, mx.w)) > q_min;
+    float mref[1][2];
+    softmax_step<codec::PageFormat::kBf16>(s, o, m, lsum, mref, rows, kpos, nullptr, masked, deferred);
+    if constexpr (QT == 2) pages.add(p, c, rows, s, mref, kpos + K, K);
+  };
+  // P of the last softmax as bf16 A fragments (before the next QK^T overwrites S).
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      pa[kk][0] = pack_bf162(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pa[kk][1] = pack_bf162(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pa[kk][2] = pack_bf162(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pa[kk][3] = pack_bf162(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    }
+  };
+#if MINIMAKV_PREFILL_BF16_OVERLAP
+  // O rescaled for the last softmax (no PV in flight).
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[0][dt][0] *= corr[0][0];
+      o[0][dt][1] *= corr[0][0];
+      o[0][dt][2] *= corr[0][1];
+      o[0][dt][3] *= corr[0][1];
+    }
+  };
+#endif
+
+  const int n = c.wk.key_tiles;
+  wgmma_fence();
+  issue_qk(0);
+  wgmma_wait<0>();
+  release(T::empty_k(0));
+  softmax(0);
+#if MINIMAKV_PREFILL_BF16_OVERLAP
+  for (int t = 1; t < n; ++t) {
+    pack_p();
+    wgmma_fence();  // S was read, pa written
+    issue_qk(t);
+    rescale_o();    // while QK^T(t) runs
+    wgmma_fence();  // O was written
+    issue_pv(t - 1);
+    wgmma_wait<1>();  // QK^T(t), committed first, has retired; PV(t - 1) may still run
+    release(T::empty_k(t % S));
+    softmax(t);
+    wgmma_wait<0>();
+    release(T::empty_v((t - 1) % S));
+  }
+  pack_p();
+  rescale_o();
+#else
+  pack_p();
+  for (int t = 1; t < n; ++t) {
+    wgmma_fence();  // pa and O were written by the softmax
+    issue_pv(t - 1);
+    issue_qk(t);
+    wgmma_wait<0>();
+    release(T::empty_v((t - 1) % S));
+    release(T::empty_k(t % S));
+    softmax(t);
+    pack_p();
+  }
+#endif
+  wgmma_fence();
+  issue_pv(n - 1);
+  wgmma_wait<0>();
+  release(T::empty_v((n - 1) % S));
+  if constexpr (QT == 2) pages.finish(p, c, rows);
+  write_partials(p, c, rows, o, m, lsum);
+}
+
+}  // namespace minimakv::cuda::detail

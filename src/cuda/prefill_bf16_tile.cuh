@@ -1,0 +1,214 @@
+// The prefill CTA for BF16 pages on Hopper (PrefillKernel::kTma; paged_prefill.cu launches it): one query
+// tile of one sequence against one key split of BF16 pages for one KV head, with no decode pass. The
+// bulk tensor copy engine (TMA) copies each K and V tile from the pages into shared memory in the
+// 128-byte swizzled layout the tensor cores read, and the consumers run QK^T and PV as bf16 wgmma (what
+// FlashAttention and PyTorch's SDPA compute for a BF16 model), so a tile costs the producer a few
+// instructions instead of a copy and a conversion per row.
+//
+// Owns: the tiling and shared-memory layout of this CTA (Bf16Tile), its launch parameters (the pools'
+// tensor maps) and its producer warpgroup. The consumers: prefill_bf16_consume.cuh.
+// Layout: every operand is stored as blocks of 64 columns (128 bytes a row), rows consecutive, a row's
+// 16-byte chunks permuted by XOR with the row index mod 8 (the copy engine's SWIZZLE_128B, which the
+// wgmma descriptors name); Q as kRows rows (one block after the other, one or two query terms), K and V
+// of a stage as kKeys rows each. Per stage: K, V, the keys' positions and plan entries, and four
+// mbarriers (K full, V full, K empty, V empty).
+// Hand-off: the producer announces each tile's bytes on FULL_K / FULL_V (one arrival each, by its first
+// thread); consumer warps arrive on EMPTY_K when their QK^T has retired and on EMPTY_V after PV (a stage's
+// positions are released with its V, since the softmax reads them). A tile the copy engine cannot fill
+// exactly (rows of a partly written page, padding pages at a split's end, or a page layout the tensor map
+// does not cover) is copied by every producer thread with zero-filling cp.async instead, into the same
+// layout, and published after a fence and the producers' barrier.
+// Invariants: as prefill_tile.cuh's (keys in increasing position order, key tiles trimmed to the last
+// visible key, masked keys at -inf, padding rows zero), and every tile base is 1024-byte aligned.
+#pragma once
+
+#include <cuda.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "prefill_produce.cuh"
+#include "prefill_tile.cuh"
+#include "tma.cuh"
+
+namespace minimakv::cuda::detail {
+
+struct PrefillTmaParams {
+  PrefillParams p;
+  CUtensorMap k_map, v_map;  // BF16 pool as [page][head][token][dim]; boxes of 64 dims x box_rows tokens
+  int box_rows;              // tokens of one box: the key tile, or the page where pages are shorter
+  int tma;                   // 0: the pool's layout does not suit a tensor map, every tile by cp.async
+};
+
+template <int D, int QT>
+struct Bf16Tile {
+  static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
+  static constexpr int kKeys = prefill_bf16_key_tile(D);
+  static constexpr int kGroups = kRows / 64;
+  static constexpr int kConsumerWarps = 4 * kGroups;
+  static constexpr int kConsumers = 32 * kConsumerWarps;
+  static constexpr int kThreads = kConsumers + 128;  // + one producer warpgroup
+  static constexpr int kBlocks = D / 64;              // 64-column blocks of a row
+  static constexpr uint32_t kQBlock = kRows * 128, kKvBlock = kKeys * 128;  // bytes of one column block
+  static constexpr uint32_t kQTerm = kRows * D * 2;                         // one query term
+  static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
+  static constexpr uint32_t kMetaBytes = kKeys * 8 + 16;  // kpos[kKeys], kent[kKeys], maxpos[4]
+  static constexpr size_t stage_bytes(int stages) {
+    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 32) + 1024;  // + barriers + alignment
+  }
+  static constexpr int kStages = stage_bytes(3) <= 227 * 1024 ? 3 : 2;
+  static constexpr uint32_t kQ = 0, kKv = QT * kQTerm;  // K of stage b at kKv + 2b halves, V after it
+  static constexpr uint32_t kMeta = kKv + kStages * 2 * kHalfTile;
+  static constexpr uint32_t kBars = kMeta + kStages * kMetaBytes;
+  static constexpr size_t kBytes = kBars + kStages * 32 + 1024;  // + slack to align the base to 1024
+  static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
+  static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
+
+  // Byte offset of 16-byte chunk c (elements 8c..8c+7) of row r in an operand of `rows` rows.
+  __device__ static constexpr uint32_t chunk(int rows, int r, int c) {
+    return static_cast<uint32_t>((c / 8) * rows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+  }
+  __device__ static constexpr uint32_t k_tile(int b) { return kKv + 2 * b * kHalfTile; }
+  __device__ static constexpr uint32_t v_tile(int b) { return kKv + (2 * b + 1) * kHalfTile; }
+  __device__ static constexpr uint32_t meta(int b) { return kMeta + b * kMetaBytes; }
+  __device__ static constexpr uint32_t full_k(int b) { return kBars + 8 * b; }
+  __device__ static constexpr uint32_t full_v(int b) { return kBars + 8 * (kStages + b); }
+  __device__ static constexpr uint32_t empty_k(int b) { return kBars + 8 * (2 * kStages + b); }
+  __device__ static constexpr uint32_t empty_v(int b) { return kBars + 8 * (3 * kStages + b); }
+};
+
+// One thread initialises the barriers; the CTA barrier after it publishes them.
+template <class T>
+__device__ void init_bf16_barriers(uint32_t sbase) {
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < T::kStages; ++b) {
+      mbarrier_init(sbase + T::full_k(b), 1);
+      mbarrier_init(sbase + T::full_v(b), 1);
+      mbarrier_init(sbase + T::empty_k(b), T::kConsumerWarps);
+      mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+}
+
+// The query tile, pre-scaled so that logits come out in base 2, as bf16 (hi [+ lo]) in the swizzled
+// layout, staged by the consumer threads and handed to them all through the consumers' barrier.
+template <class T, int D, int QT>
+__device__ void stage_query_bf16(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  const float qscale = p.scale * kLog2e;
+  const int G = p.group, tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+  for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
+    const int r = i / (D / 4), d4 = 4 * (i % (D / 4)), tok = r / G;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (tok < tile_rows) {
+      const size_t o = (static_cast<size_t>(c.sq.row_begin + c.wk.tile_token + tok) * p.q_heads +
+                        static_cast<size_t>(c.h) * G + r % G) *
+                           D +
+                       d4;
+      x = *reinterpret_cast<const float4*>(p.q + o);
+      x = make_float4(__fmul_rn(x.x, qscale), __fmul_rn(x.y, qscale), __fmul_rn(x.z, qscale), __fmul_rn(x.w, qscale));
+    }
+    const uint32_t h0 = pack_bf162(x.x, x.y), h1 = pack_bf162(x.z, x.w);
+    uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 8) + (d4 % 8) * 2;
+    *reinterpret_cast<uint2*>(dst) = make_uint2(h0, h1);
+    if constexpr (QT == 2)
+      *reinterpret_cast<uint2*>(dst + T::kQTerm) = make_uint2(pack_bf162(x.x - bf16_lo(h0), x.y - bf16_hi(h0)),
+                                                              pack_bf162(x.z - bf16_lo(h1), x.w - bf16_hi(h1)));
+  }
+  fence_proxy_async();
+  named_sync(T::kConsumersBar, T::kConsumers);
+}
+
+// ---- the producer warpgroup
+// Every thread follows one key of each tile (key pt mod kKeys) to write the tile's positions and, for a
+// tile the copy engine cannot fill, to copy that key's K and V rows (at head_dim 256 the first half of
+// the threads copy K rows and the second half V rows). The first thread issues the tensor copies.
+template <int D, int QT>
+__device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
+  using T = Bf16Tile<D, QT>;
+  constexpr int S = T::kStages, K = T::kKeys;
+  const PrefillParams& p = tp.p;
+  const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K;
+  const int fi = codec::format_index(codec::PageFormat::kBf16);
+  const DeviceLayout L = p.pools.layout[fi];
+  const uint8_t* base = p.pools.base[fi];
+  const uint32_t sbase = smem_u32(smem);
+  const size_t head_off = static_cast<size_t>(c.h) * L.code_stride;
+  if (pt == 0) {
+    tma_prefetch_map(&tp.k_map);
+    tma_prefetch_map(&tp.v_map);
+  }
+  // The copy engine's boxes of tile t into K or V of stage b: box_rows tokens of one page each.
+  auto issue_boxes = [&](int t, const CUtensorMap* map, uint32_t dst, uint32_t bar) {
+    for (int s = 0; s < K / tp.box_rows; ++s) {
+      const int key = t * K + s * tp.box_rows, rel = key / c.slot;
+      const int page = static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id);
+      const int tok = c.sp.tok_begin + (key - rel * c.slot);
+#pragma unroll
+      for (int blk = 0; blk < T::kBlocks; ++blk)
+        tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, tok, c.h, page, bar);
+    }
+  };
+  auto write_meta = [&](int b, const KeySlot& k) {
+    int* kpos = reinterpret_cast<int*>(smem + T::meta(b));
+    if (pt < K) {
+      kpos[j] = k.pos;
+      kpos[K + j] = k.entry;
+    }
+    const int mx = __reduce_max_sync(0xffffffffu, k.pos);
+    if ((pt & 31) == 0) kpos[2 * K + pt / 32] = mx;
+  };
+  KeyCursor cursor(c, j);
+  const int n = c.wk.key_tiles;
+  for (int t = 0; t < n; ++t) {
+    const int b = t % S;
+    const uint32_t parity = ((t / S) & 1) ^ 1;  // of the consumers' release of this stage's previous tile
+    // This thread's key of tile t. The copy engine fills its row right when the row holds one of the
+    // page's tokens or lies past the page's span (zeros); not when it is a written page's unwritten row
+    // or a padding page past the split's end.
+    const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
+    const KeySlot k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
+    const bool by_tma = named_sync_and(T::kProducersBar, 128, tp.tma && real_entry && (past_span || k.page));
+    if (by_tma) {
+      if (pt == 0) {
+        if (t >= S) mbarrier_wait(sbase + T::empty_k(b), parity);
+        mbarrier_arrive_expect_tx(sbase + T::full_k(b), T::kHalfTile);
+        issue_boxes(t, &tp.k_map, sbase + T::k_tile(b), sbase + T::full_k(b));
+      }
+      if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
+      write_meta(b, k);
+      named_sync(T::kProducersBar, 128);
+      if (pt == 0) {
+        mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
+        issue_boxes(t, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
+      }
+    } else {
+      if (t >= S) {
+        mbarrier_wait(sbase + T::empty_k(b), parity);
+        mbarrier_wait(sbase + T::empty_v(b), parity);
+      }
+      write_meta(b, k);
+#pragma unroll
+      for (int r = 0; r < 2 * K / 128; ++r) {
+        const int row = pt + 128 * r;
+        const bool is_v = row >= K;
+        const uint8_t* src =
+            k.page ? k.page + (is_v ? L.v_codes : 0u) + head_off + static_cast<size_t>(k.tok) * L.row : base;
+        const uint32_t dst = sbase + (is_v ? T::v_tile(b) : T::k_tile(b));
+#pragma unroll
+        for (int cc = 0; cc < D / 8; ++cc) cp_async16_zfill(dst + T::chunk(K, j, cc), src + 16 * cc, k.page != nullptr);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();  // the tensor cores read these rows through the async proxy
+      named_sync(T::kProducersBar, 128);
+      if (pt == 0) {
+        mbarrier_arrive(sbase + T::full_k(b));
+        mbarrier_arrive(sbase + T::full_v(b));
+      }
+    }
+  }
+}
+
+}  // namespace minimakv::cuda::detail
