@@ -97,18 +97,10 @@ __device__ void init_bf16_barriers(uint32_t sbase) {
 template <class T, int D, int QT>
 __device__ void stage_query_bf16(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   const float qscale = p.scale * kLog2e;
-  const int G = p.group, tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+  const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
   for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
-    const int r = i / (D / 4), d4 = 4 * (i % (D / 4)), tok = r / G;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (tok < tile_rows) {
-      const size_t o = (static_cast<size_t>(c.sq.row_begin + c.wk.tile_token + tok) * p.q_heads +
-                        static_cast<size_t>(c.h) * G + r % G) *
-                           D +
-                       d4;
-      x = *reinterpret_cast<const float4*>(p.q + o);
-      x = make_float4(__fmul_rn(x.x, qscale), __fmul_rn(x.y, qscale), __fmul_rn(x.z, qscale), __fmul_rn(x.w, qscale));
-    }
+    const int r = i / (D / 4), d4 = 4 * (i % (D / 4));
+    const float4 x = load_query4<D>(p, c, p.q, r, d4, tile_rows, qscale);
     const uint32_t h0 = pack_bf162(x.x, x.y), h1 = pack_bf162(x.z, x.w);
     uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 8) + (d4 % 8) * 2;
     *reinterpret_cast<uint2*>(dst) = make_uint2(h0, h1);

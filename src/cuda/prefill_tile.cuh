@@ -222,24 +222,31 @@ __device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, in
 }
 
 // ---- what both consumers share
+// Four query elements d4..d4+3 of tile row r (token r / G, head r % G of the tile's GQA group) from
+// q (or its rotation), times qscale; zeros for a padding row past the tile's tokens.
+template <int D>
+__device__ inline float4 load_query4(const PrefillParams& p, const PrefillWork& c, const float* qsrc, int r, int d4,
+                                     int tile_rows, float qscale) {
+  const int G = p.group, tok = r / G;
+  if (tok >= tile_rows) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const size_t o =
+      (static_cast<size_t>(c.sq.row_begin + c.wk.tile_token + tok) * p.q_heads + static_cast<size_t>(c.h) * G + r % G) *
+          D +
+      d4;
+  const float4 x = *reinterpret_cast<const float4*>(qsrc + o);
+  return make_float4(__fmul_rn(x.x, qscale), __fmul_rn(x.y, qscale), __fmul_rn(x.z, qscale), __fmul_rn(x.w, qscale));
+}
+
 // The query tile, pre-scaled so that logits come out in base 2, as fp16 (hi [+ lo]) rows in T's layout,
 // staged by the consumer threads, then handed to them all through the consumers' barrier.
 template <class T, codec::PageFormat F, int D, int QT>
 __device__ void stage_query(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   const float* qsrc = kRotatedFormat<F> ? p.q_rot : p.q;
   const float qscale = p.scale * kLog2e;
-  const int G = p.group, tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+  const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
   for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
-    const int r = i / (D / 4), d4 = 4 * (i % (D / 4)), tok = r / G;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (tok < tile_rows) {
-      const size_t o = (static_cast<size_t>(c.sq.row_begin + c.wk.tile_token + tok) * p.q_heads +
-                        static_cast<size_t>(c.h) * G + r % G) *
-                           D +
-                       d4;
-      x = *reinterpret_cast<const float4*>(qsrc + o);
-      x = make_float4(__fmul_rn(x.x, qscale), __fmul_rn(x.y, qscale), __fmul_rn(x.z, qscale), __fmul_rn(x.w, qscale));
-    }
+    const int r = i / (D / 4), d4 = 4 * (i % (D / 4));
+    const float4 x = load_query4<D>(p, c, qsrc, r, d4, tile_rows, qscale);
     const __half2 h0 = __floats2half2_rn(x.x, x.y), h1 = __floats2half2_rn(x.z, x.w);
     uint8_t* dst = smem + T::kQ + T::q_chunk(r, d4 / 8) + (d4 % 8) * 2;
     *reinterpret_cast<uint2*>(dst) =
