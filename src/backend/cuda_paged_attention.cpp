@@ -1,6 +1,7 @@
 #include "cuda_paged_attention.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -106,7 +107,10 @@ void CudaPagedAttention::prefill(const cache::ForwardStep& step, const DevicePag
   const cuda::DecodeShape shape{q_heads, sc.kv_heads, sc.head_dim, sc.tokens_per_page, 0.0f};
   if (!prefill_ws_ || !same_geometry(prefill_shape_, shape)) {
     check(cudaStreamSynchronize(stream_->s), "prefill workspace");  // the old one may still be read
-    prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(shape);
+    // MINIMAKV_CUDA_PREFILL=mma|wgmma|tma picks the prefill kernel (A/B runs, docs/benchmarks.md).
+    const char* k = std::getenv("MINIMAKV_CUDA_PREFILL");
+    prefill_ws_ = std::make_unique<cuda::PrefillWorkspace>(
+        shape, k ? cuda::prefill_kernel_from_string(k) : cuda::PrefillKernel::kAuto);
     prefill_shape_ = shape;
   }
   const auto plan = cuda::make_prefill_plan(ps, shape, prefill_ws_->tiling());

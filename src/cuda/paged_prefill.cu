@@ -13,12 +13,13 @@
 #include "attention_kernels.cuh"
 #include "minimakv/codec/rotation.h"
 #include "minimakv/cuda/paged_prefill.h"
-#include "prefill_bf16_consume.cuh"
-#include "prefill_bf16_tile.cuh"
 #include "prefill_consume_mma.cuh"
 #include "prefill_consume_wgmma.cuh"
 #include "prefill_produce.cuh"
 #include "prefill_tile.cuh"
+#include "prefill_tma_consume.cuh"
+#include "prefill_tma_fp8.cuh"
+#include "prefill_tma_tile.cuh"
 #include "require.h"
 
 namespace minimakv::cuda {
@@ -83,14 +84,21 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   }
 }
 
-// The BF16 CTA (PrefillKernel::kTma): one per (work, KV head) in launch order, like prefill_tile_kernel;
-// CTAs of other formats' works return at once. Its producer warpgroup gives registers to the two consumer
-// warpgroups (40 + 2 x 232 = 3 x 168, the cap at entry); at head_dim 256 one consumer warpgroup fits.
-template <int D, int QT>
-__global__ void __launch_bounds__(Bf16Tile<D, QT>::kThreads, 1)
-    prefill_bf16_kernel(const __grid_constant__ PrefillTmaParams tp) {
+// The copy-engine CTA (PrefillKernel::kTma) for the works of format F (BF16 or FP8): one per (work, KV
+// head) in launch order, like prefill_tile_kernel; CTAs of other formats' works return at once. One
+// kernel per format, so that each gets the registers its own code needs. The producer warpgroup gives
+// registers to the two consumer warpgroups (BF16: 40 + 2 x 232, FP8, whose producers widen codes:
+// 72 + 2 x 216; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel lab:
+// MINIMAKV_PREFILL_FP8_PRODUCER_REGS moves FP8's split (the consumers get (504 - it) / 2).
+#ifndef MINIMAKV_PREFILL_FP8_PRODUCER_REGS
+#define MINIMAKV_PREFILL_FP8_PRODUCER_REGS 72
+#endif
+template <codec::PageFormat F, int D, int QT>
+__global__ void __launch_bounds__(TmaTile<D, QT>::kThreads, 1)
+    prefill_tma_kernel(const __grid_constant__ PrefillTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = Bf16Tile<D, QT>;
+  using T = TmaTile<D, QT>;
+  constexpr bool kFp8 = F == codec::PageFormat::kFp8;
   const PrefillParams& p = tp.p;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms are 1 KiB
@@ -99,15 +107,18 @@ __global__ void __launch_bounds__(Bf16Tile<D, QT>::kThreads, 1)
   const int w = reinterpret_cast<const int32_t*>(p.plan + p.off_order)[i];
   const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
   const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
-  if (splits[works[w].split].format != codec::format_index(codec::PageFormat::kBf16)) return;
-  init_bf16_barriers<T>(smem_u32(smem));
+  if (splits[works[w].split].format != codec::format_index(F)) return;
+  init_tma_barriers<T>(smem_u32(smem));
   const PrefillWork c = load_work(p, w, h, T::kKeys);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
-    if constexpr (T::kGroups == 2) setmaxnreg_dec<40>();
-    prefill_produce_bf16<D, QT>(tp, c, smem);
+    if constexpr (T::kGroups == 2) setmaxnreg_dec<kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS : 40>();
+    if constexpr (kFp8)
+      prefill_produce_fp8<D, QT>(tp, c, smem);
+    else
+      prefill_produce_bf16<D, QT>(tp, c, smem);
   } else {
-    if constexpr (T::kGroups == 2) setmaxnreg_inc<232>();
-    prefill_consume_bf16<D, QT>(p, c, smem);
+    if constexpr (T::kGroups == 2) setmaxnreg_inc<kFp8 ? (504 - MINIMAKV_PREFILL_FP8_PRODUCER_REGS) / 2 : 232>();
+    prefill_consume_tma<F, D, QT>(p, c, smem);
   }
 #else
   (void)tp;
@@ -165,28 +176,36 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
   prefill_tile_kernel<D, QT, Wg><<<p.n_works * p.kv_heads, threads, bytes, st>>>(p);
 }
 
-template <int D, int QT>
-void launch_bf16(const PrefillTmaParams& tp, cudaStream_t st) {
-  constexpr size_t bytes = Bf16Tile<D, QT>::kBytes;
+template <codec::PageFormat F, int D, int QT>
+void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
+  constexpr size_t bytes = TmaTile<D, QT>::kBytes;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(prefill_bf16_kernel<D, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(prefill_tma_kernel<F, D, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
           "prefill: shared memory attribute");
     return true;
   }();
   (void)configured;
-  prefill_bf16_kernel<D, QT><<<tp.p.n_works * tp.p.kv_heads, Bf16Tile<D, QT>::kThreads, bytes, st>>>(tp);
+  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, TmaTile<D, QT>::kThreads, bytes, st>>>(tp);
 }
 
-// tp: the BF16 launch's parameters where the BF16 CTA attends the BF16 works (p.formats then leaves them
-// out), else null; others: whether works of other formats remain for prefill_tile_kernel.
+// The copy-engine kernels of the formats in tp.p.formats.
+template <int D, int QT>
+void launch_tma_formats(const PrefillTmaParams& tp, cudaStream_t st) {
+  if (tp.p.formats >> codec::format_index(codec::PageFormat::kBf16) & 1u) launch_tma<codec::PageFormat::kBf16, D, QT>(tp, st);
+  if (tp.p.formats >> codec::format_index(codec::PageFormat::kFp8) & 1u) launch_tma<codec::PageFormat::kFp8, D, QT>(tp, st);
+}
+
+// tp: the copy-engine launch's parameters where its CTA attends the BF16 and FP8 works (tp->p.formats
+// names them, p.formats leaves them out), else null; others: whether works of other formats remain for
+// prefill_tile_kernel.
 template <int D>
 void launch_prefill(const PrefillParams& p, const PrefillTmaParams* tp, bool others, int max_pages, bool rotate,
                     PrefillKernel kernel, cudaStream_t st) {
   if (rotate) rotate_rows_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p, nullptr);
   // Two query terms (logits close to fp32) and per-page partials where page scores are wanted.
   const bool two = p.page_m != nullptr;
-  if (tp) two ? launch_bf16<D, 2>(*tp, st) : launch_bf16<D, 1>(*tp, st);
+  if (tp) two ? launch_tma_formats<D, 2>(*tp, st) : launch_tma_formats<D, 1>(*tp, st);
   const bool wg = kernel != PrefillKernel::kMma;
   if (others) {
     if (two)
@@ -204,11 +223,13 @@ void launch_prefill(const PrefillParams& p, const PrefillTmaParams* tp, bool oth
   }
 }
 
-// The BF16 pool as a rank-4 tensor for the copy engine, [page][head][token][dim] with the layout's
-// strides, read in boxes of 64 dims x box_rows tokens with the 128-byte swizzle (out-of-range rows arrive
-// as zeros). False where the driver has no encoder or the layout breaks the engine's rules (16-byte
-// aligned base and strides); the CTA then copies every tile with cp.async.
-bool encode_bf16_maps(PrefillTmaParams& tp, const PoolViews& pools, const DecodeShape& shape, uint64_t pages) {
+// A pool's K and V codes as rank-4 tensors for the copy engine, [page][head][token][element] with the
+// layout's strides, read in boxes of box_inner elements x box_rows tokens with the given swizzle
+// (out-of-range rows arrive as zeros): BF16 pages as bf16 in boxes of 64 (128 bytes), FP8 codes as bytes
+// in boxes of up to 128. False where the driver has no encoder or the layout breaks the engine's rules
+// (16-byte aligned base and strides); the CTA then copies every tile of that format with cp.async.
+bool encode_maps(CUtensorMap& k_map, CUtensorMap& v_map, codec::PageFormat f, const PoolViews& pools,
+                 const DecodeShape& shape, int box_rows, uint64_t pages) {
   static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -218,20 +239,24 @@ bool encode_bf16_maps(PrefillTmaParams& tp, const PoolViews& pools, const Decode
       return nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  const int fi = codec::format_index(codec::PageFormat::kBf16);
+  const int fi = codec::format_index(f);
   const DeviceLayout& L = pools.layout[fi];
   uint8_t* base = pools.base[fi];
-  if (!encode || !base || tp.box_rows == 0) return false;
+  if (!encode || !base || box_rows == 0 || pages == 0) return false;
+  const bool bf16 = f == codec::PageFormat::kBf16;
+  const int inner = bf16 ? 64 : std::min(shape.head_dim, 128);
+  const auto swizzle = bf16 || inner == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(shape.head_dim), static_cast<cuuint64_t>(shape.tokens_per_page),
                               static_cast<cuuint64_t>(shape.kv_heads), pages};
   const cuuint64_t strides[3] = {L.row, L.code_stride, L.page_bytes};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(tp.box_rows), 1, 1}, unit[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(inner), static_cast<cuuint32_t>(box_rows), 1, 1},
+                   unit[4] = {1, 1, 1, 1};
   for (const cuuint64_t x : {strides[0], strides[1], strides[2], static_cast<cuuint64_t>(L.v_codes),
                              static_cast<cuuint64_t>(reinterpret_cast<uintptr_t>(base))})
     if (x % 16 != 0) return false;
-  for (auto [map, at] : {std::pair{&tp.k_map, base}, std::pair{&tp.v_map, base + L.v_codes}})
-    if (encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, at, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  for (auto [map, at] : {std::pair{&k_map, base}, std::pair{&v_map, base + L.v_codes}})
+    if (encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, at, dims, strides, box,
+               unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
       return false;
   return true;
@@ -282,6 +307,12 @@ const char* to_string(PrefillKernel k) {
     default:
       return "auto";
   }
+}
+
+PrefillKernel prefill_kernel_from_string(std::string_view name) {
+  for (const auto k : {PrefillKernel::kAuto, PrefillKernel::kMma, PrefillKernel::kWgmma, PrefillKernel::kTma})
+    if (name == to_string(k)) return k;
+  throw std::invalid_argument("prefill kernel '" + std::string(name) + "': expected auto, mma, wgmma or tma");
 }
 
 PrefillWorkspace::PrefillWorkspace(const DecodeShape& shape, PrefillKernel kernel) : shape_(shape) {
@@ -383,23 +414,28 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   p.tokens_per_page = shape_.tokens_per_page;
   int max_pages = 0;
   for (const auto& sq : plan.seqs) max_pages = std::max(max_pages, sq.pages);
-  // kTma: the BF16 works go to the BF16 CTA, whose tensor maps cover the pool up to the last page read.
-  const int bf16 = codec::format_index(codec::PageFormat::kBf16);
-  const bool direct = kernel_ == PrefillKernel::kTma && seen[bf16];
-  p.formats = direct ? ~(1u << bf16) : ~0u;
+  // kTma: the BF16 and FP8 works go to the copy-engine CTA, whose tensor maps cover each pool up to the
+  // last page read.
+  const int bf16 = codec::format_index(codec::PageFormat::kBf16), fp8 = codec::format_index(codec::PageFormat::kFp8);
+  const uint32_t tma_formats = kernel_ == PrefillKernel::kTma ? (1u << bf16) | (1u << fp8) : 0u;
+  const bool direct = (seen[bf16] && (tma_formats >> bf16 & 1u)) || (seen[fp8] && (tma_formats >> fp8 & 1u));
+  p.formats = ~tma_formats;
   bool others = false;
   for (int f = 0; f < codec::kNumPageFormats; ++f) others |= seen[f] && ((p.formats >> f) & 1u);
   PrefillTmaParams tp{};
   if (direct) {
     tp.p = p;
-    const int K = prefill_bf16_key_tile(shape_.head_dim), B = shape_.tokens_per_page;
+    tp.p.formats = 0;  // the formats present, each its own launch
+    for (const int f : {bf16, fp8})
+      if (seen[f] && (tma_formats >> f & 1u)) tp.p.formats |= 1u << f;
+    const int K = prefill_tma_key_tile(shape_.head_dim), B = shape_.tokens_per_page;
     tp.box_rows = B >= K ? K : (K % B == 0 && B % 8 == 0 ? B : 0);
-    uint64_t pages = 0;
+    std::array<uint64_t, codec::kNumPageFormats> pages{};
     for (const auto& sp : plan.splits)
-      if (sp.format == bf16)
-        for (int e = sp.entry_begin; e < sp.entry_end; ++e)
-          pages = std::max<uint64_t>(pages, plan.entries[e].page_id + 1ull);
-    tp.tma = encode_bf16_maps(tp, pools, shape_, pages) ? 1 : 0;
+      for (int e = sp.entry_begin; e < sp.entry_end; ++e)
+        pages[sp.format] = std::max<uint64_t>(pages[sp.format], plan.entries[e].page_id + 1ull);
+    tp.tma = encode_maps(tp.k_map, tp.v_map, codec::PageFormat::kBf16, pools, shape_, tp.box_rows, pages[bf16]) ? 1 : 0;
+    tp.tma8 = encode_maps(tp.k8_map, tp.v8_map, codec::PageFormat::kFp8, pools, shape_, tp.box_rows, pages[fp8]) ? 1 : 0;
   }
   switch (shape_.head_dim) {
     case 64:

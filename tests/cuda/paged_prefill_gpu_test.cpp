@@ -200,25 +200,37 @@ TEST(GpuPrefill, RecentFp8OverTq3HistoryLikeTheEngine) {
     }
 }
 
-// BF16 pages only, where the copy engine fills whole key tiles (pages of 64/128/256 tokens, 832 with a
-// partial last box) and where a page is not a whole number of boxes (16, 48, 100: the cp.async path),
-// with partial last pages, page scores on and off, and every head_dim.
+// BF16 or FP8 pages only, where the copy engine fills whole key tiles (pages of 64/128/256 tokens, 832
+// with a partial last box) and where a page is not a whole number of boxes (16, 48, 100: the cp.async
+// path), with partial last pages, page scores on and off, and every head_dim (FP8: raw codes widened in
+// place, with the three in-place orders of head_dim 64, 128 and 256).
+void copy_engine_case(std::mt19937_64& rng, PageFormat f) {
+  if (!cuda::prefill_wgmma_available()) GTEST_SKIP() << "the copy-engine kernel needs sm_90";
+  const auto kernel = cuda::PrefillKernel::kTma;
+  auto only = [f](int, int, int) { return f; };
+  for (int d : {64, 128, 256})
+    for (int B : {16, 48, 64, 100, 128, 256, 832}) {
+      auto s = testing::make_gpu_pages(rng, {B, 2, d}, {1500, 3 * B + 5}, only);
+      SCOPED_TRACE(std::string(codec::to_string(f)) + " " + cuda::to_string(kernel) + " d=" + std::to_string(d) +
+                   " B=" + std::to_string(B));
+      const bool scores = (B / 16) % 2 == 0;
+      const auto r = run_prefill(rng, s, 8, {300, std::min(B + 2, 200)}, scores, 0, kernel);
+      if (B == 64 || B == 832)
+        std::printf("%s %s d=%d B=%d: gpu-ref %.2e scores %.2e\n", codec::to_string(f), cuda::to_string(kernel), d, B,
+                    r.gpu_vs_ref, r.score_err);
+    }
+}
+
 TEST(GpuPrefill, Bf16PagesThroughTheCopyEngine) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
-  if (!cuda::prefill_wgmma_available()) GTEST_SKIP() << "the copy-engine kernel needs sm_90";
-  const auto kernel = cuda::PrefillKernel::kTma;
-  auto bf16 = [](int, int, int) { return PageFormat::kBf16; };
-  for (int d : {64, 128, 256})
-      for (int B : {16, 48, 64, 100, 128, 256, 832}) {
-        auto s = testing::make_gpu_pages(rng, {B, 2, d}, {1500, 3 * B + 5}, bf16);
-        SCOPED_TRACE(std::string(cuda::to_string(kernel)) + " d=" + std::to_string(d) + " B=" + std::to_string(B));
-        const bool scores = (B / 16) % 2 == 0;
-        const auto r = run_prefill(rng, s, 8, {300, std::min(B + 2, 200)}, scores, 0, kernel);
-        if (B == 64 || B == 832)
-          std::printf("bf16 %s d=%d B=%d: gpu-ref %.2e scores %.2e\n", cuda::to_string(kernel), d, B, r.gpu_vs_ref,
-                      r.score_err);
-      }
+  copy_engine_case(rng, PageFormat::kBf16);
+}
+
+TEST(GpuPrefill, Fp8PagesThroughTheCopyEngine) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  copy_engine_case(rng, PageFormat::kFp8);
 }
 
 TEST(GpuPrefill, AccountingCountsEveryKeyTileRead) {

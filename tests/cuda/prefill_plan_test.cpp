@@ -53,16 +53,15 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
   for (int trial = 0; trial < 200; ++trial) {
     const Case c = random_case(rng);
     const int split_tokens = std::array{0, 128, 1024}[trial % 3];
-    const bool bf16_direct = trial % 2 == 1;  // both kernels' tilings
-    const auto plan =
-        cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, bf16_direct), split_tokens);
+    const bool tma = trial % 2 == 1;  // both kernels' tilings
+    const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, tma), split_tokens);
     const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
     ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 ? 64 : 128) / G);
-    // Keys per tile of each format: the fp16 kernels' for FP8 and TQ3, twice as many for BF16 read by the
-    // copy engine.
+    // Keys per tile of each format: the decoding kernels' for TQ3 and TQ4, twice as many for BF16 and FP8
+    // read by the copy engine.
     std::array<int, codec::kNumPageFormats> kt{}, slots{};
     for (int f = 0; f < codec::kNumPageFormats; ++f) {
-      const bool wide = bf16_direct && f == codec::format_index(PageFormat::kBf16);
+      const bool wide = tma && (f == codec::format_index(PageFormat::kBf16) || f == codec::format_index(PageFormat::kFp8));
       kt[f] = (c.shape.head_dim > 128 ? 32 : 64) * (wide ? 2 : 1);
       ASSERT_EQ(plan.tiling.keys[f], kt[f]);
       slots[f] = B >= kt[f] ? (B + kt[f] - 1) / kt[f] * kt[f] : B;

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "minimakv/cuda/device_pool.h"
@@ -37,11 +38,14 @@
 namespace minimakv::cuda {
 
 // The tensor-core instructions the CTA's consumers use: wgmma (Hopper, sm_90a) or mma.sync (any GPU the
-// build targets). kTma is wgmma with BF16 pages read by the bulk tensor copy engine straight into bf16
-// operands (128-key tiles, no decode pass; src/cuda/prefill_bf16_tile.cuh), other formats as kWgmma.
+// build targets). kTma is wgmma with BF16 and FP8 pages read by the bulk tensor copy engine (128-key
+// tiles; BF16 straight into bf16 operands, FP8 codes widened in place to fp16; src/cuda/prefill_tma_tile.cuh),
+// TQ3 and TQ4 as kWgmma.
 // kAuto picks kTma where it is available.
 enum class PrefillKernel { kAuto, kMma, kWgmma, kTma };
 const char* to_string(PrefillKernel k);
+// "auto", "mma", "wgmma" or "tma" (to_string's names); anything else throws std::invalid_argument.
+PrefillKernel prefill_kernel_from_string(std::string_view name);
 // Whether this build has the wgmma kernels (kWgmma, kTma) and the current device loads them (compute
 // capability 9.0).
 bool prefill_wgmma_available();

@@ -34,9 +34,10 @@ MINIMAKV_HD constexpr int prefill_tile_rows(int head_dim) {
 MINIMAKV_HD constexpr int prefill_key_tile(int head_dim) {
   return head_dim > 128 ? 32 : 64;
 }
-// Keys of one BF16 tile where the copy engine fills shared memory straight with bf16 operands (no decode
-// pass, no staging ring): twice as many, so each QK^T instruction is 128 keys wide (64 at head_dim 256).
-MINIMAKV_HD constexpr int prefill_bf16_key_tile(int head_dim) {
+// Keys of one BF16 or FP8 tile where the copy engine fills shared memory (BF16 pages as the operands
+// themselves, FP8 codes widened in place; cuda::PrefillKernel::kTma): twice as many, so each QK^T
+// instruction is 128 keys wide (64 at head_dim 256).
+MINIMAKV_HD constexpr int prefill_tma_key_tile(int head_dim) {
   return head_dim > 128 ? 64 : 128;
 }
 
@@ -46,12 +47,15 @@ struct PrefillTiling {
   std::array<int32_t, codec::kNumPageFormats> keys{};
   bool operator==(const PrefillTiling&) const = default;
 };
-// bf16_direct: BF16 pages read by the copy engine into bf16 operands (cuda::PrefillKernel::kTma).
-constexpr PrefillTiling prefill_tiling(int head_dim, bool bf16_direct) {
+// tma: BF16 and FP8 pages read by the copy engine (cuda::PrefillKernel::kTma); TQ3 and TQ4 keep the
+// decoding CTA's tiles.
+constexpr PrefillTiling prefill_tiling(int head_dim, bool tma) {
   PrefillTiling t;
   t.rows = prefill_tile_rows(head_dim);
   t.keys.fill(prefill_key_tile(head_dim));
-  if (bf16_direct) t.keys[codec::format_index(codec::PageFormat::kBf16)] = prefill_bf16_key_tile(head_dim);
+  if (tma)
+    for (const auto f : {codec::PageFormat::kBf16, codec::PageFormat::kFp8})
+      t.keys[codec::format_index(f)] = prefill_tma_key_tile(head_dim);
   return t;
 }
 

@@ -1,31 +1,37 @@
-// The prefill CTA for BF16 pages on Hopper (PrefillKernel::kTma; paged_prefill.cu launches it): one query
-// tile of one sequence against one key split of BF16 pages for one KV head, with no decode pass. The
-// bulk tensor copy engine (TMA) copies each K and V tile from the pages into shared memory in the
-// 128-byte swizzled layout the tensor cores read, and the consumers run QK^T and PV as bf16 wgmma (what
-// FlashAttention and PyTorch's SDPA compute for a BF16 model), so a tile costs the producer a few
-// instructions instead of a copy and a conversion per row.
+// The prefill CTA for BF16 and FP8 pages on Hopper (PrefillKernel::kTma; paged_prefill.cu launches it):
+// one query tile of one sequence against one key split of BF16 or FP8 pages for one KV head. The bulk
+// tensor copy engine (TMA) copies each K and V tile from the pages into shared memory, and the consumers
+// run QK^T and PV as wgmma on it: BF16 pages as bf16 operands with no decode pass (what FlashAttention
+// and PyTorch's SDPA compute for a BF16 model), FP8 codes widened in place to fp16 operands by the
+// producer warpgroup (prefill_tma_fp8.cuh), so a tile costs the producer a few instructions, or one
+// conversion pass through shared memory, instead of a copy and a decode per row.
 //
-// Owns: the tiling and shared-memory layout of this CTA (Bf16Tile), its launch parameters (the pools'
-// tensor maps) and its producer warpgroup. The consumers: prefill_bf16_consume.cuh.
+// Owns: the tiling and shared-memory layout of this CTA (TmaTile), its launch parameters (the pools'
+// tensor maps) and the BF16 producer warpgroup. The FP8 producer: prefill_tma_fp8.cuh; the consumers:
+// prefill_tma_consume.cuh.
 // Layout: every operand is stored as blocks of 64 columns (128 bytes a row), rows consecutive, a row's
 // 16-byte chunks permuted by XOR with the row index mod 8 (the copy engine's SWIZZLE_128B, which the
 // wgmma descriptors name); Q as kRows rows (one block after the other, one or two query terms), K and V
-// of a stage as kKeys rows each. Per stage: K, V, the keys' positions and plan entries, and four
-// mbarriers (K full, V full, K empty, V empty).
-// Hand-off: the producer announces each tile's bytes on FULL_K / FULL_V (one arrival each, by its first
-// thread); consumer warps arrive on EMPTY_K when their QK^T has retired and on EMPTY_V after PV (a stage's
-// positions are released with its V, since the softmax reads them). A tile the copy engine cannot fill
-// exactly (rows of a partly written page, padding pages at a split's end, or a page layout the tensor map
-// does not cover) is copied by every producer thread with zero-filling cp.async instead, into the same
-// layout, and published after a fence and the producers' barrier.
+// of a stage as kKeys rows each. Per stage: K, V, the keys' positions, plan entries and K scales, and
+// six mbarriers (K full, V full, K empty, V empty, and the FP8 producer's raw K and raw V arrivals).
+// Hand-off: the producer announces each tile's K with its positions on FULL_K and its V on FULL_V (one
+// arrival each, by its first thread); consumer warps arrive on EMPTY_K once the softmax that reads the
+// positions is done and on EMPTY_V after PV. (Positions ride with K so that a softmax never waits for
+// its tile's V to arrive.) A tile the copy engine cannot fill exactly (rows of a partly written page,
+// padding pages at a split's end, or a page layout the tensor map does not cover) is copied by every
+// producer thread with zero-filling cp.async instead, into the same layout, and published after a fence
+// and the producers' barrier.
 // Invariants: as prefill_tile.cuh's (keys in increasing position order, key tiles trimmed to the last
 // visible key, masked keys at -inf, padding rows zero), and every tile base is 1024-byte aligned.
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "prefill_produce.cuh"
 #include "prefill_tile.cuh"
@@ -35,15 +41,16 @@ namespace minimakv::cuda::detail {
 
 struct PrefillTmaParams {
   PrefillParams p;
-  CUtensorMap k_map, v_map;  // BF16 pool as [page][head][token][dim]; boxes of 64 dims x box_rows tokens
-  int box_rows;              // tokens of one box: the key tile, or the page where pages are shorter
-  int tma;                   // 0: the pool's layout does not suit a tensor map, every tile by cp.async
+  CUtensorMap k_map, v_map;      // BF16 pool as [page][head][token][dim]; boxes of 64 dims x box_rows tokens
+  CUtensorMap k8_map, v8_map;    // FP8 pool's codes as bytes, the same order; boxes of <= 128 codes
+  int box_rows;                  // tokens of one box: the key tile, or the page where pages are shorter
+  int tma, tma8;                 // 0: the pool's layout does not suit a tensor map, every tile by cp.async
 };
 
 template <int D, int QT>
-struct Bf16Tile {
+struct TmaTile {
   static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
-  static constexpr int kKeys = prefill_bf16_key_tile(D);
+  static constexpr int kKeys = prefill_tma_key_tile(D);
   static constexpr int kGroups = kRows / 64;
   static constexpr int kConsumerWarps = 4 * kGroups;
   static constexpr int kConsumers = 32 * kConsumerWarps;
@@ -52,15 +59,15 @@ struct Bf16Tile {
   static constexpr uint32_t kQBlock = kRows * 128, kKvBlock = kKeys * 128;  // bytes of one column block
   static constexpr uint32_t kQTerm = kRows * D * 2;                         // one query term
   static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
-  static constexpr uint32_t kMetaBytes = kKeys * 8 + 16;  // kpos[kKeys], kent[kKeys], maxpos[4]
+  static constexpr uint32_t kMetaBytes = kKeys * 12 + 16;  // kpos[kKeys], kent[kKeys], kscale[kKeys], maxpos[4]
   static constexpr size_t stage_bytes(int stages) {
-    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 32) + 1024;  // + barriers + alignment
+    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 48) + 1024;  // + barriers + alignment
   }
   static constexpr int kStages = stage_bytes(3) <= 227 * 1024 ? 3 : 2;
   static constexpr uint32_t kQ = 0, kKv = QT * kQTerm;  // K of stage b at kKv + 2b halves, V after it
   static constexpr uint32_t kMeta = kKv + kStages * 2 * kHalfTile;
   static constexpr uint32_t kBars = kMeta + kStages * kMetaBytes;
-  static constexpr size_t kBytes = kBars + kStages * 32 + 1024;  // + slack to align the base to 1024
+  static constexpr size_t kBytes = kBars + kStages * 48 + 1024;  // + slack to align the base to 1024
   static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
   static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
 
@@ -75,50 +82,89 @@ struct Bf16Tile {
   __device__ static constexpr uint32_t full_v(int b) { return kBars + 8 * (kStages + b); }
   __device__ static constexpr uint32_t empty_k(int b) { return kBars + 8 * (2 * kStages + b); }
   __device__ static constexpr uint32_t empty_v(int b) { return kBars + 8 * (3 * kStages + b); }
+  __device__ static constexpr uint32_t raw_k(int b) { return kBars + 8 * (4 * kStages + b); }
+  __device__ static constexpr uint32_t raw_v(int b) { return kBars + 8 * (5 * kStages + b); }
+  // Meta of a stage, as ints: kpos at 0, kent at kKeys, kscale (floats) at 2 kKeys, maxpos[4] at 3 kKeys.
+  static constexpr int kEnt = kKeys, kScale = 2 * kKeys, kMaxPos = 3 * kKeys;
 };
 
 // One thread initialises the barriers; the CTA barrier after it publishes them.
 template <class T>
-__device__ void init_bf16_barriers(uint32_t sbase) {
+__device__ void init_tma_barriers(uint32_t sbase) {
   if (threadIdx.x == 0) {
     for (int b = 0; b < T::kStages; ++b) {
       mbarrier_init(sbase + T::full_k(b), 1);
       mbarrier_init(sbase + T::full_v(b), 1);
       mbarrier_init(sbase + T::empty_k(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
+      mbarrier_init(sbase + T::raw_k(b), 1);
+      mbarrier_init(sbase + T::raw_v(b), 1);
     }
     mbarrier_init_fence();
   }
   __syncthreads();
 }
 
-// The query tile, pre-scaled so that logits come out in base 2, as bf16 (hi [+ lo]) in the swizzled
-// layout, staged by the consumer threads and handed to them all through the consumers' barrier.
-template <class T, int D, int QT>
-__device__ void stage_query_bf16(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+// Two floats as a pair of 16-bit operands (bf16 or fp16, round to nearest), and back.
+template <class E>
+__device__ inline uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return pack_bf162(lo, hi);
+  else
+    return pack_half2(lo, hi);
+}
+template <class E>
+__device__ inline float2 unpack_pair(uint32_t x) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return make_float2(bf16_lo(x), bf16_hi(x));
+  else
+    return __half22float2(*reinterpret_cast<const __half2*>(&x));
+}
+
+// The query tile, pre-scaled so that logits come out in base 2, as E (bf16 or fp16; hi [+ lo]) in the
+// swizzled layout, staged by the consumer threads and handed to them all through the consumers' barrier.
+template <class T, class E, int D, int QT>
+__device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   const float qscale = p.scale * kLog2e;
   const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
   for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
     const int r = i / (D / 4), d4 = 4 * (i % (D / 4));
     const float4 x = load_query4<D>(p, c, p.q, r, d4, tile_rows, qscale);
-    const uint32_t h0 = pack_bf162(x.x, x.y), h1 = pack_bf162(x.z, x.w);
+    const uint32_t h0 = pack_pair<E>(x.x, x.y), h1 = pack_pair<E>(x.z, x.w);
     uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 8) + (d4 % 8) * 2;
     *reinterpret_cast<uint2*>(dst) = make_uint2(h0, h1);
-    if constexpr (QT == 2)
-      *reinterpret_cast<uint2*>(dst + T::kQTerm) = make_uint2(pack_bf162(x.x - bf16_lo(h0), x.y - bf16_hi(h0)),
-                                                              pack_bf162(x.z - bf16_lo(h1), x.w - bf16_hi(h1)));
+    if constexpr (QT == 2) {
+      const float2 f0 = unpack_pair<E>(h0), f1 = unpack_pair<E>(h1);
+      *reinterpret_cast<uint2*>(dst + T::kQTerm) =
+          make_uint2(pack_pair<E>(x.x - f0.x, x.y - f0.y), pack_pair<E>(x.z - f1.x, x.w - f1.y));
+    }
   }
   fence_proxy_async();
   named_sync(T::kConsumersBar, T::kConsumers);
 }
 
 // ---- the producer warpgroup
+// A stage's meta for producer thread pt's key j of the tile (pt < kKeys write it; every warp writes the
+// largest position it saw, INT_MAX with padding, so the consumers can skip the causal mask).
+template <class T>
+__device__ void write_tma_meta(uint8_t* smem, int b, int pt, const KeySlot& k, float kscale) {
+  int* meta = reinterpret_cast<int*>(smem + T::meta(b));
+  const int j = pt % T::kKeys;
+  if (pt < T::kKeys) {
+    meta[j] = k.pos;
+    meta[T::kEnt + j] = k.entry;
+    reinterpret_cast<float*>(meta + T::kScale)[j] = kscale;
+  }
+  const int mx = __reduce_max_sync(0xffffffffu, k.pos);
+  if ((pt & 31) == 0) meta[T::kMaxPos + pt / 32] = mx;
+}
+
 // Every thread follows one key of each tile (key pt mod kKeys) to write the tile's positions and, for a
 // tile the copy engine cannot fill, to copy that key's K and V rows (at head_dim 256 the first half of
 // the threads copy K rows and the second half V rows). The first thread issues the tensor copies.
 template <int D, int QT>
 __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = Bf16Tile<D, QT>;
+  using T = TmaTile<D, QT>;
   constexpr int S = T::kStages, K = T::kKeys;
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K;
@@ -142,15 +188,6 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
         tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, tok, c.h, page, bar);
     }
   };
-  auto write_meta = [&](int b, const KeySlot& k) {
-    int* kpos = reinterpret_cast<int*>(smem + T::meta(b));
-    if (pt < K) {
-      kpos[j] = k.pos;
-      kpos[K + j] = k.entry;
-    }
-    const int mx = __reduce_max_sync(0xffffffffu, k.pos);
-    if ((pt & 31) == 0) kpos[2 * K + pt / 32] = mx;
-  };
   KeyCursor cursor(c, j);
   const int n = c.wk.key_tiles;
   for (int t = 0; t < n; ++t) {
@@ -162,25 +199,19 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
     const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
     const KeySlot k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
     const bool by_tma = named_sync_and(T::kProducersBar, 128, tp.tma && real_entry && (past_span || k.page));
+    if (t >= S) mbarrier_wait(sbase + T::empty_k(b), parity);
+    write_tma_meta<T>(smem, b, pt, k, 1.0f);
     if (by_tma) {
+      named_sync(T::kProducersBar, 128);  // the meta is written before the first thread's arrival
       if (pt == 0) {
-        if (t >= S) mbarrier_wait(sbase + T::empty_k(b), parity);
         mbarrier_arrive_expect_tx(sbase + T::full_k(b), T::kHalfTile);
         issue_boxes(t, &tp.k_map, sbase + T::k_tile(b), sbase + T::full_k(b));
-      }
-      if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
-      write_meta(b, k);
-      named_sync(T::kProducersBar, 128);
-      if (pt == 0) {
+        if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
         mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
         issue_boxes(t, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
       }
     } else {
-      if (t >= S) {
-        mbarrier_wait(sbase + T::empty_k(b), parity);
-        mbarrier_wait(sbase + T::empty_v(b), parity);
-      }
-      write_meta(b, k);
+      if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
 #pragma unroll
       for (int r = 0; r < 2 * K / 128; ++r) {
         const int row = pt + 128 * r;

@@ -1,38 +1,38 @@
-// The consumers of the BF16 prefill CTA (prefill_bf16_tile.cuh has its layout, producer and hand-off):
-// one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
+// The consumers of the copy-engine prefill CTA (prefill_tma_tile.cuh has its layout, producers and
+// hand-off): one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
 //
-// Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 bf16 wgmmas, both
-// operands in shared memory (K-major, 128-byte swizzle), the shared softmax step (prefill_tile.cuh) on
-// the accumulators, then O += P V as m64nDk16 bf16 wgmmas with P from registers and V read MN-major.
-// The products overlap this warpgroup's own softmax: QK^T of tile t is issued, O is rescaled by tile
-// t - 1's factor, PV of tile t - 1 is issued, and the softmax of tile t runs as soon as its QK^T has
-// retired, while PV(t - 1) still accumulates (its rescale of O is deferred to the next step). With two
-// consumer warpgroups the other one's work fills the tensor cores as well.
-// Kernel lab: MINIMAKV_PREFILL_BF16_OVERLAP=0 builds the other loop order (PV(t - 1) and QK^T(t)
-// issued together and retired together, the softmax with O's rescale after them), which measured 3-9%
-// faster on an H200 but has not yet passed the GPU tests (docs/benchmarks.md).
-// Precision: Q (one bf16 term, or hi + lo when page scores are wanted), K, V and the probabilities are
-// bf16 on the tensor cores with fp32 accumulation, as FlashAttention computes a BF16 model; logits,
-// the softmax state and O stay fp32.
+// Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 wgmmas (bf16 for
+// BF16 pages, fp16 for FP8 pages, whose codes are exact in fp16), both operands in shared memory
+// (K-major, 128-byte swizzle), the shared softmax step (prefill_tile.cuh) on the accumulators with FP8's
+// K scales, then O += P V as m64nDk16 wgmmas with P from registers and V (FP8: scaled) read MN-major.
+// Loop order: PV(t - 1) and QK^T(t) are issued together and retired together, then the softmax of tile
+// t rescales O; with two consumer warpgroups one's softmax runs under the other's products. Kernel lab:
+// MINIMAKV_PREFILL_TMA_OVERLAP=1 builds the FlashAttention-3 order instead (the softmax of tile t under
+// this warpgroup's own PV(t - 1), O's rescale deferred), which measured 4-9% slower on an H200 with both
+// orders through the GPU tests (docs/benchmarks.md).
+// Precision: Q (one term, or hi + lo when page scores are wanted), K, V and the probabilities are bf16
+// (BF16 pages, as FlashAttention computes a BF16 model) or fp16 (FP8 pages, as the decoding CTA) on the
+// tensor cores with fp32 accumulation; logits, the softmax state and O stay fp32.
 // Invariant: compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
 
-#include "prefill_bf16_tile.cuh"
+#include "prefill_tma_tile.cuh"
 #include "wgmma.cuh"
 
-#ifndef MINIMAKV_PREFILL_BF16_OVERLAP
-#define MINIMAKV_PREFILL_BF16_OVERLAP 1
+#ifndef MINIMAKV_PREFILL_TMA_OVERLAP
+#define MINIMAKV_PREFILL_TMA_OVERLAP 0
 #endif
 
 namespace minimakv::cuda::detail {
 
-template <int D, int QT>
-__device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
-  using T = Bf16Tile<D, QT>;
-  using Bf16 = __nv_bfloat16;
+template <codec::PageFormat F, int D, int QT>
+__device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  static_assert(F == codec::PageFormat::kBf16 || F == codec::PageFormat::kFp8);
+  using T = TmaTile<D, QT>;
+  using E = std::conditional_t<F == codec::PageFormat::kBf16, __nv_bfloat16, __half>;
   constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
-  stage_query_bf16<T, D, QT>(p, c, smem);
+  stage_query_tma<T, E, D, QT>(p, c, smem);
   const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
   const int q_min = c.sq.first + c.wk.tile_token;
   const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;
@@ -55,48 +55,48 @@ __device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& 
     for (int qt = 0; qt < QT; ++qt)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
-        wgmma_ss<Bf16, K>(s_acc, gmma_desc_sw128(q_base + qt * T::kQTerm + (kk / 4) * T::kQBlock + (kk % 4) * 32, 16, 1024),
+        wgmma_ss<E, K>(s_acc, gmma_desc_sw128(q_base + qt * T::kQTerm + (kk / 4) * T::kQBlock + (kk % 4) * 32, 16, 1024),
                           gmma_desc_sw128(kb + (kk / 4) * T::kKvBlock + (kk % 4) * 32, 16, 1024), qt | kk);
     wgmma_commit();
   };
   // O += P V for tile t: a k16 step is 16 keys (two 8-row groups), N runs over the 64-column blocks.
   auto issue_pv = [&](int t) {
+    mbarrier_wait(sbase + T::full_v(t % S), (t / S) & 1);
     const uint32_t vb = sbase + T::v_tile(t % S);
 #pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk) wgmma_rs<Bf16, D>(o_acc, pa[kk], gmma_desc_sw128(vb + kk * 2048, T::kKvBlock, 1024));
+    for (int kk = 0; kk < K / 16; ++kk) wgmma_rs<E, D>(o_acc, pa[kk], gmma_desc_sw128(vb + kk * 2048, T::kKvBlock, 1024));
     wgmma_commit();
   };
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbarrier_arrive(sbase + bar);
   };
-#if MINIMAKV_PREFILL_BF16_OVERLAP
+#if MINIMAKV_PREFILL_TMA_OVERLAP
   float corr[1][2];  // O's rescale for the last softmax, applied before the PV that follows it
   float(*const deferred)[2] = corr;
 #else
   float(*const deferred)[2] = nullptr;  // the softmax rescales O itself
 #endif
-  // The softmax of tile t (its positions arrive with its V).
+  // The softmax of tile t (its positions and K scales arrived with its K).
   auto softmax = [&](int t) {
-    const int b = t % S;
-    mbarrier_wait(sbase + T::full_v(b), (t / S) & 1);
-    const int* kpos = reinterpret_cast<const int*>(smem + T::meta(b));
-    const int4 mx = *reinterpret_cast<const int4*>(kpos + 2 * K);
+    const int* kpos = reinterpret_cast<const int*>(smem + T::meta(t % S));
+    const int4 mx = *reinterpret_cast<const int4*>(kpos + T::kMaxPos);
     const bool masked = max(max(mx.x, mx.y), max(mx.z, mx.w)) > q_min;
     float mref[1][2];
-    softmax_step<codec::PageFormat::kBf16>(s, o, m, lsum, mref, rows, kpos, nullptr, masked, deferred);
-    if constexpr (QT == 2) pages.add(p, c, rows, s, mref, kpos + K, K);
+    softmax_step<F>(s, o, m, lsum, mref, rows, kpos, reinterpret_cast<const float*>(kpos + T::kScale), masked,
+                    deferred);
+    if constexpr (QT == 2) pages.add(p, c, rows, s, mref, kpos + T::kEnt, K);
   };
-  // P of the last softmax as bf16 A fragments (before the next QK^T overwrites S).
+  // P of the last softmax as E A fragments (before the next QK^T overwrites S).
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
-      pa[kk][0] = pack_bf162(s[0][2 * kk][0], s[0][2 * kk][1]);
-      pa[kk][1] = pack_bf162(s[0][2 * kk][2], s[0][2 * kk][3]);
-      pa[kk][2] = pack_bf162(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-      pa[kk][3] = pack_bf162(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      pa[kk][0] = pack_pair<E>(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pa[kk][1] = pack_pair<E>(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pa[kk][2] = pack_pair<E>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pa[kk][3] = pack_pair<E>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
     }
   };
-#if MINIMAKV_PREFILL_BF16_OVERLAP
+#if MINIMAKV_PREFILL_TMA_OVERLAP
   // O rescaled for the last softmax (no PV in flight).
   auto rescale_o = [&] {
 #pragma unroll
@@ -113,9 +113,9 @@ __device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& 
   wgmma_fence();
   issue_qk(0);
   wgmma_wait<0>();
-  release(T::empty_k(0));
   softmax(0);
-#if MINIMAKV_PREFILL_BF16_OVERLAP
+  release(T::empty_k(0));
+#if MINIMAKV_PREFILL_TMA_OVERLAP
   for (int t = 1; t < n; ++t) {
     pack_p();
     wgmma_fence();  // S was read, pa written
@@ -124,8 +124,8 @@ __device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& 
     wgmma_fence();  // O was written
     issue_pv(t - 1);
     wgmma_wait<1>();  // QK^T(t), committed first, has retired; PV(t - 1) may still run
-    release(T::empty_k(t % S));
     softmax(t);
+    release(T::empty_k(t % S));
     wgmma_wait<0>();
     release(T::empty_v((t - 1) % S));
   }
@@ -139,8 +139,8 @@ __device__ void prefill_consume_bf16(const PrefillParams& p, const PrefillWork& 
     issue_qk(t);
     wgmma_wait<0>();
     release(T::empty_v((t - 1) % S));
-    release(T::empty_k(t % S));
     softmax(t);
+    release(T::empty_k(t % S));
     pack_p();
   }
 #endif

@@ -1,0 +1,195 @@
+// The FP8 producer warpgroup of the copy-engine prefill CTA (prefill_tma_tile.cuh has its layout and
+// hand-off; the consumers are prefill_tma_consume.cuh's, on fp16 operands).
+//
+// Owns: how FP8 codes reach the consumers' swizzled fp16 tiles. The copy engine brings a tile's raw
+// codes (one byte a scalar) into the upper half of the very buffer their fp16 values will fill; the
+// producer threads widen them in place (E4M3 is exact in fp16; V rows times their scale, rounded once,
+// as the decoding CTA does; K scales go to the softmax through the stage's meta). No staging ring: the
+// raw half-tile costs no shared memory of its own, so the stages are those of the BF16 CTA.
+// Raw layout (in a K or V buffer X of kHalfTile bytes): R = X + kHalfTile / 2; head_dim <= 128: one box
+// of kKeys rows of D bytes; 256: two boxes (codes 0-127, 128-255) of kKeys rows of 128 bytes, the second
+// kKeys x 128 bytes after the first. Rows of 128 bytes use the copy engine's 128-byte swizzle (16-byte
+// chunk q of row j at q ^ (j mod 8)), rows of 64 bytes its 64-byte swizzle (q ^ ((j / 2) mod 4)), so
+// that a warp reading one chunk of 32 rows hits every bank once per 8 rows.
+// Widening in place: each thread owns one raw row (head_dim 256: one box of one row) and reads only
+// bytes it copied or waited for. At head_dim 128 the fp16 row's second block is exactly the raw row's
+// bytes, so a thread reads its four upper chunks before it writes them; at 64 and 256 an output row
+// covers other threads' raw rows, so every thread reads its whole raw row, the producers meet at a
+// barrier, then all write.
+// Pipeline per tile t: widen and publish K(t), copy V(t)'s codes once its stage is released, then K(t +
+// 1)'s once its stage is, then widen and publish V(t): both copies are in flight together.
+// Invariant: the raw barriers of a stage complete once per tile the copy engine filled; each thread
+// tracks their phases in a bit mask (a tile filled by cp.async does not touch them).
+#pragma once
+
+#include "prefill_tma_tile.cuh"
+
+namespace minimakv::cuda::detail {
+
+template <int D>
+struct Fp8Raw {
+  static constexpr int kRowBytes = D < 128 ? D : 128;  // bytes of one box row
+  static constexpr int kChunks = kRowBytes / 16;       // raw 16-byte chunks a thread owns
+  __device__ static constexpr int swz(int j) { return kRowBytes == 128 ? (j & 7) : ((j >> 1) & 3); }
+};
+
+// Sixteen E4M3 codes as sixteen fp16 values (two 16-byte chunks), times `scale` when scaled.
+template <bool Scaled>
+__device__ inline void widen16(const uint4& x, float scale, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    h[2 * q] = fp8x2_to_half2(w[q]);
+    h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
+  }
+  if constexpr (Scaled) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
+      h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+    }
+  }
+  lo = make_uint4(h[0], h[1], h[2], h[3]);
+  hi = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// Widens row j (box `box`) of the raw half-tile in buffer X (generic pointer) to fp16 in T's layout.
+template <class T, int D, bool Scaled>
+__device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
+  using R = Fp8Raw<D>;
+  constexpr int K = T::kKeys;
+  uint8_t* raw = X + T::kHalfTile / 2 + box * K * R::kRowBytes + j * R::kRowBytes;
+  auto raw_chunk = [&](int q) { return *reinterpret_cast<const uint4*>(raw + 16 * (q ^ R::swz(j))); };
+  auto out = [&](int c) -> uint4& { return *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)); };
+  const int c0 = box * 2 * R::kChunks;  // first output chunk of this thread's codes
+  if constexpr (D == 128) {
+    // Output block 0 lies below the raw half; block 1's row j is raw row j itself.
+#pragma unroll
+    for (int q = 0; q < 4; ++q) widen16<Scaled>(raw_chunk(q), scale, out(2 * q), out(2 * q + 1));
+    uint4 x[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) x[q] = raw_chunk(4 + q);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) widen16<Scaled>(x[q], scale, out(8 + 2 * q), out(9 + 2 * q));
+  } else {
+    uint4 x[R::kChunks];
+#pragma unroll
+    for (int q = 0; q < R::kChunks; ++q) x[q] = raw_chunk(q);
+    named_sync(T::kProducersBar, 128);  // every raw row is read before any is overwritten
+#pragma unroll
+    for (int q = 0; q < R::kChunks; ++q) widen16<Scaled>(x[q], scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
+  }
+}
+
+template <int D, int QT>
+__device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
+  using T = TmaTile<D, QT>;
+  using R = Fp8Raw<D>;
+  constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / R::kRowBytes;
+  static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");
+  const PrefillParams& p = tp.p;
+  const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K, box = pt / K;
+  const int fi = codec::format_index(codec::PageFormat::kFp8);
+  const DeviceLayout L = p.pools.layout[fi];
+  const uint8_t* base = p.pools.base[fi];
+  const uint32_t sbase = smem_u32(smem);
+  const size_t head_code = static_cast<size_t>(c.h) * L.code_stride, head_meta = static_cast<size_t>(c.h) * L.meta_stride;
+  if (pt == 0) {
+    tma_prefetch_map(&tp.k8_map);
+    tma_prefetch_map(&tp.v8_map);
+  }
+  uint32_t raw_k_phase = 0, raw_v_phase = 0;  // bit b: parity of the next phase of stage b's raw barrier
+
+  // Tile t's codes of K or V into the raw half of buffer X (shared address xs), by the copy engine
+  // (the first thread issues, every thread waits) or by each thread's zero-filling cp.async.
+  auto copy_raw = [&](int t, bool v, bool by_tma, const KeySlot& k, uint32_t xs) {
+    const int b = t % S;
+    const uint32_t rs = xs + T::kHalfTile / 2;
+    if (by_tma) {
+      const uint32_t bar = sbase + (v ? T::raw_v(b) : T::raw_k(b));
+      if (pt == 0) {
+        const CUtensorMap* map = v ? &tp.v8_map : &tp.k8_map;
+        mbarrier_arrive_expect_tx(bar, K * D);
+        for (int s = 0; s < K / tp.box_rows; ++s) {
+          const int key = t * K + s * tp.box_rows, rel = key / c.slot;
+          const int page = static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id);
+          const int tok = c.sp.tok_begin + (key - rel * c.slot);
+#pragma unroll
+          for (int bx = 0; bx < kBoxes; ++bx)
+            tma_load_4d(rs + bx * K * R::kRowBytes + s * tp.box_rows * R::kRowBytes, map, bx * R::kRowBytes, tok, c.h,
+                        page, bar);
+        }
+      }
+    } else {
+      const uint8_t* src = k.page ? k.page + (v ? L.v_codes : 0u) + head_code + static_cast<size_t>(k.tok) * L.row +
+                                        box * R::kRowBytes
+                                  : base;
+      const uint32_t dst = rs + box * K * R::kRowBytes + j * R::kRowBytes;
+#pragma unroll
+      for (int q = 0; q < R::kChunks; ++q) cp_async16_zfill(dst + 16 * (q ^ R::swz(j)), src + 16 * q, k.page != nullptr);
+      cp_async_commit();
+    }
+  };
+  // Waits for tile t's raw codes (each thread for what it needs: its own row either way).
+  auto await_raw = [&](int t, bool v, bool by_tma) {
+    const int b = t % S;
+    if (by_tma) {
+      uint32_t& phase = v ? raw_v_phase : raw_k_phase;
+      mbarrier_wait(sbase + (v ? T::raw_v(b) : T::raw_k(b)), (phase >> b) & 1u);
+      phase ^= 1u << b;
+    } else {
+      cp_async_wait<0>();
+    }
+  };
+  auto publish = [&](uint32_t full) {
+    fence_proxy_async();  // the tensor cores read the widened rows through the async proxy
+    named_sync(T::kProducersBar, 128);
+    if (pt == 0) mbarrier_arrive(sbase + full);
+  };
+  auto scale_of = [&](const KeySlot& k, uint32_t meta_off) {
+    return k.page ? __ldg(reinterpret_cast<const float*>(k.page + meta_off + head_meta + static_cast<size_t>(k.tok) * L.meta))
+                  : 0.0f;
+  };
+  // Tile t's key slot and whether the copy engine can fill it (the BF16 producer's rule: every row
+  // holds one of its page's tokens or lies past the page's span), its meta, and its K codes on the way.
+  KeyCursor cursor(c, j);
+  auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& vscale) {
+    const int b = t % S;
+    const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
+    k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
+    by_tma = named_sync_and(T::kProducersBar, 128, tp.tma8 && real_entry && (past_span || k.page));
+    const float kscale = scale_of(k, L.k_meta);
+    vscale = scale_of(k, L.v_meta);
+    if (t >= S) mbarrier_wait(sbase + T::empty_k(b), ((t / S) & 1) ^ 1);
+    write_tma_meta<T>(smem, b, pt, k, kscale);
+    if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy
+    copy_raw(t, false, by_tma, k, sbase + T::k_tile(b));
+  };
+
+  const int n = c.wk.key_tiles;
+  KeySlot k{};
+  bool by_tma = false;
+  float vscale = 0.0f;
+  start_tile(0, k, by_tma, vscale);
+  for (int t = 0; t < n; ++t) {
+    const int b = t % S;
+    await_raw(t, false, by_tma);
+    widen_row<T, D, false>(smem + T::k_tile(b), j, box, 1.0f);
+    publish(T::full_k(b));  // also publishes the meta written in start_tile
+    const KeySlot cur = k;
+    const bool cur_tma = by_tma;
+    const float cur_vscale = vscale;
+    // V(t)'s stage is released before K(t + 1)'s (the consumers free V after PV and K after the
+    // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
+    if (t >= S) mbarrier_wait(sbase + T::empty_v(b), ((t / S) & 1) ^ 1);
+    if (cur_tma && pt == 0) fence_proxy_async();
+    copy_raw(t, true, cur_tma, cur, sbase + T::v_tile(b));
+    if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+    await_raw(t, true, cur_tma);
+    widen_row<T, D, true>(smem + T::v_tile(b), j, box, cur_vscale);
+    publish(T::full_v(b));
+  }
+}
+
+}  // namespace minimakv::cuda::detail
