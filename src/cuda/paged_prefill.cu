@@ -417,17 +417,18 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   // kTma: the BF16 and FP8 works go to the copy-engine CTA, whose tensor maps cover each pool up to the
   // last page read.
   const int bf16 = codec::format_index(codec::PageFormat::kBf16), fp8 = codec::format_index(codec::PageFormat::kFp8);
-  const uint32_t tma_formats = kernel_ == PrefillKernel::kTma ? (1u << bf16) | (1u << fp8) : 0u;
-  const bool direct = (seen[bf16] && (tma_formats >> bf16 & 1u)) || (seen[fp8] && (tma_formats >> fp8 & 1u));
+  uint32_t tma_formats = 0;  // of those present
+  if (kernel_ == PrefillKernel::kTma)
+    for (const int f : {bf16, fp8})
+      if (seen[f]) tma_formats |= 1u << f;
+  const bool direct = tma_formats != 0;
   p.formats = ~tma_formats;
   bool others = false;
   for (int f = 0; f < codec::kNumPageFormats; ++f) others |= seen[f] && ((p.formats >> f) & 1u);
   PrefillTmaParams tp{};
   if (direct) {
     tp.p = p;
-    tp.p.formats = 0;  // the formats present, each its own launch
-    for (const int f : {bf16, fp8})
-      if (seen[f] && (tma_formats >> f & 1u)) tp.p.formats |= 1u << f;
+    tp.p.formats = tma_formats;  // each its own launch
     const int K = prefill_tma_key_tile(shape_.head_dim), B = shape_.tokens_per_page;
     tp.box_rows = B >= K ? K : (K % B == 0 && B % 8 == 0 ? B : 0);
     std::array<uint64_t, codec::kNumPageFormats> pages{};

@@ -58,6 +58,27 @@ struct KeyCursor {
   }
 };
 
+// Sixteen E4M3 codes as sixteen fp16 values (two 16-byte chunks), times `scale` when scaled.
+template <bool Scaled>
+__device__ inline void widen16(const uint4& x, float scale, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  uint32_t h[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    h[2 * q] = fp8x2_to_half2(w[q]);
+    h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
+  }
+  if constexpr (Scaled) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
+      h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+    }
+  }
+  lo = make_uint4(h[0], h[1], h[2], h[3]);
+  hi = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
 // ---- producers
 // Each thread copies and decodes the same row (or half row) of every tile, so the staging ring needs no
 // barrier. (A challenger that copied in warp-wide blocks of 8 rows x 64 bytes, whole L2 sectors, and
@@ -138,22 +159,10 @@ __device__ void prefill_produce(const PrefillParams& p, const PrefillWork& c, ui
 #pragma unroll
         for (int i = 0; i < T::kPieceElems / 16; ++i) {
           const uint4 x = reinterpret_cast<const uint4*>(raw)[i];
-          const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-          uint32_t h[8];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            h[2 * q] = fp8x2_to_half2(w[q]);
-            h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
-          }
-          if (is_v) {
-#pragma unroll
-            for (int q = 0; q < 8; ++q) {
-              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
-              h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
-            }
-          }
-          out(2 * i) = make_uint4(h[0], h[1], h[2], h[3]);
-          out(2 * i + 1) = make_uint4(h[4], h[5], h[6], h[7]);
+          if (is_v)
+            widen16<true>(x, scale, out(2 * i), out(2 * i + 1));
+          else
+            widen16<false>(x, scale, out(2 * i), out(2 * i + 1));
         }
       } else {
         // TQ3, TQ4: each 8 elements' codes map pairwise through the level-pair table (6 or 8 bits a

@@ -33,27 +33,6 @@ struct Fp8Raw {
   __device__ static constexpr int swz(int j) { return kRowBytes == 128 ? (j & 7) : ((j >> 1) & 3); }
 };
 
-// Sixteen E4M3 codes as sixteen fp16 values (two 16-byte chunks), times `scale` when scaled.
-template <bool Scaled>
-__device__ inline void widen16(const uint4& x, float scale, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-  uint32_t h[8];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    h[2 * q] = fp8x2_to_half2(w[q]);
-    h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
-  }
-  if constexpr (Scaled) {
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
-      h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
-    }
-  }
-  lo = make_uint4(h[0], h[1], h[2], h[3]);
-  hi = make_uint4(h[4], h[5], h[6], h[7]);
-}
-
 // Widens row j (box `box`) of the raw half-tile in buffer X (generic pointer) to fp16 in T's layout.
 template <class T, int D, bool Scaled>
 __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
@@ -112,13 +91,11 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
         const CUtensorMap* map = v ? &tp.v8_map : &tp.k8_map;
         mbarrier_arrive_expect_tx(bar, K * D);
         for (int s = 0; s < K / tp.box_rows; ++s) {
-          const int key = t * K + s * tp.box_rows, rel = key / c.slot;
-          const int page = static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id);
-          const int tok = c.sp.tok_begin + (key - rel * c.slot);
+          const BoxOrigin o = box_origin(c, t * K + s * tp.box_rows);
 #pragma unroll
           for (int bx = 0; bx < kBoxes; ++bx)
-            tma_load_4d(rs + bx * K * R::kRowBytes + s * tp.box_rows * R::kRowBytes, map, bx * R::kRowBytes, tok, c.h,
-                        page, bar);
+            tma_load_4d(rs + bx * K * R::kRowBytes + s * tp.box_rows * R::kRowBytes, map, bx * R::kRowBytes, o.tok, c.h,
+                        o.page, bar);
         }
       }
     } else {

@@ -144,6 +144,16 @@ __device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, ui
 }
 
 // ---- the producer warpgroup
+// The page and first token of the copy-engine box that starts at key slot `key` of the split (a box
+// never crosses a page: box_rows divides the page's slot).
+struct BoxOrigin {
+  int page, tok;
+};
+__device__ inline BoxOrigin box_origin(const PrefillWork& c, int key) {
+  const int rel = key / c.slot;
+  return {static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id), c.sp.tok_begin + (key - rel * c.slot)};
+}
+
 // A stage's meta for producer thread pt's key j of the tile (pt < kKeys write it; every warp writes the
 // largest position it saw, INT_MAX with padding, so the consumers can skip the causal mask).
 template <class T>
@@ -180,12 +190,10 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
   // The copy engine's boxes of tile t into K or V of stage b: box_rows tokens of one page each.
   auto issue_boxes = [&](int t, const CUtensorMap* map, uint32_t dst, uint32_t bar) {
     for (int s = 0; s < K / tp.box_rows; ++s) {
-      const int key = t * K + s * tp.box_rows, rel = key / c.slot;
-      const int page = static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id);
-      const int tok = c.sp.tok_begin + (key - rel * c.slot);
+      const BoxOrigin o = box_origin(c, t * K + s * tp.box_rows);
 #pragma unroll
       for (int blk = 0; blk < T::kBlocks; ++blk)
-        tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, tok, c.h, page, bar);
+        tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, o.tok, c.h, o.page, bar);
     }
   };
   KeyCursor cursor(c, j);
