@@ -20,6 +20,7 @@
 #include "prefill_tma_consume.cuh"
 #include "prefill_tma_fp8.cuh"
 #include "prefill_tma_tile.cuh"
+#include "prefill_tma_tq3.cuh"
 #include "require.h"
 
 namespace minimakv::cuda {
@@ -84,21 +85,29 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   }
 }
 
-// The copy-engine CTA (PrefillKernel::kTma) for the works of format F (BF16 or FP8): one per (work, KV
-// head) in launch order, like prefill_tile_kernel; CTAs of other formats' works return at once. One
-// kernel per format, so that each gets the registers its own code needs. The producer warpgroup gives
-// registers to the two consumer warpgroups (BF16: 40 + 2 x 232, FP8, whose producers widen codes:
-// 72 + 2 x 216; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel lab:
-// MINIMAKV_PREFILL_FP8_PRODUCER_REGS moves FP8's split (the consumers get (504 - it) / 2).
+// The copy-engine CTA (PrefillKernel::kTma) for the works of format F (BF16, FP8, or TQ3 at head_dim
+// 128 and 256): one per (work, KV head) in launch order, like prefill_tile_kernel; CTAs of other formats'
+// works return at once. One kernel per format, so that each gets the registers its own code needs. The
+// producer warpgroup gives registers to the two consumer warpgroups (BF16: 40 + 2 x 232; FP8 and TQ3,
+// whose producers widen codes: 104 + 2 x 200, 4-5% faster than 72 + 2 x 216 on an H100,
+// docs/benchmarks.md; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel lab: MINIMAKV_PREFILL_FP8_PRODUCER_REGS and MINIMAKV_PREFILL_TQ3_PRODUCER_REGS
+// move the widening producers' split (the consumers get (504 - it) / 2; both multiples of 8).
 #ifndef MINIMAKV_PREFILL_FP8_PRODUCER_REGS
-#define MINIMAKV_PREFILL_FP8_PRODUCER_REGS 72
+#define MINIMAKV_PREFILL_FP8_PRODUCER_REGS 104
+#endif
+#ifndef MINIMAKV_PREFILL_TQ3_PRODUCER_REGS
+#define MINIMAKV_PREFILL_TQ3_PRODUCER_REGS 104
 #endif
 template <codec::PageFormat F, int D, int QT>
 __global__ void __launch_bounds__(TmaTile<D, QT>::kThreads, 1)
     prefill_tma_kernel(const __grid_constant__ PrefillTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = TmaTile<D, QT>;
-  constexpr bool kFp8 = F == codec::PageFormat::kFp8;
+  // The producer's registers: BF16's only issues copies, FP8's and TQ3's widen codes.
+  constexpr int kProducerRegs = F == codec::PageFormat::kBf16  ? 40
+                                : F == codec::PageFormat::kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS
+                                                               : MINIMAKV_PREFILL_TQ3_PRODUCER_REGS;
+  static_assert(kProducerRegs % 8 == 0 && (504 - kProducerRegs) / 2 % 8 == 0);
   const PrefillParams& p = tp.p;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms are 1 KiB
@@ -108,16 +117,18 @@ __global__ void __launch_bounds__(TmaTile<D, QT>::kThreads, 1)
   const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
   const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
   if (splits[works[w].split].format != codec::format_index(F)) return;
-  init_tma_barriers<T>(smem_u32(smem));
+  init_tma_barriers<T>(smem_u32(smem), full_arrivals<T>(F != codec::PageFormat::kBf16));
   const PrefillWork c = load_work(p, w, h, T::kKeys);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
-    if constexpr (T::kGroups == 2) setmaxnreg_dec<kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS : 40>();
-    if constexpr (kFp8)
+    if constexpr (T::kGroups == 2) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (F == codec::PageFormat::kFp8)
       prefill_produce_fp8<D, QT>(tp, c, smem);
+    else if constexpr (F == codec::PageFormat::kTq3)
+      prefill_produce_tq3<D, QT>(tp, c, smem);
     else
       prefill_produce_bf16<D, QT>(tp, c, smem);
   } else {
-    if constexpr (T::kGroups == 2) setmaxnreg_inc<kFp8 ? (504 - MINIMAKV_PREFILL_FP8_PRODUCER_REGS) / 2 : 232>();
+    if constexpr (T::kGroups == 2) setmaxnreg_inc<(504 - kProducerRegs) / 2>();
     prefill_consume_tma<F, D, QT>(p, c, smem);
   }
 #else
@@ -194,6 +205,8 @@ template <int D, int QT>
 void launch_tma_formats(const PrefillTmaParams& tp, cudaStream_t st) {
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kBf16) & 1u) launch_tma<codec::PageFormat::kBf16, D, QT>(tp, st);
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kFp8) & 1u) launch_tma<codec::PageFormat::kFp8, D, QT>(tp, st);
+  if constexpr (D >= 128)  // TQ3 rows of 24 bytes (head_dim 64) are no whole number of 16-byte chunks
+    if (tp.p.formats >> codec::format_index(codec::PageFormat::kTq3) & 1u) launch_tma<codec::PageFormat::kTq3, D, QT>(tp, st);
 }
 
 // tp: the copy-engine launch's parameters where its CTA attends the BF16 and FP8 works (tp->p.formats
@@ -226,8 +239,9 @@ void launch_prefill(const PrefillParams& p, const PrefillTmaParams* tp, bool oth
 // A pool's K and V codes as rank-4 tensors for the copy engine, [page][head][token][element] with the
 // layout's strides, read in boxes of box_inner elements x box_rows tokens with the given swizzle
 // (out-of-range rows arrive as zeros): BF16 pages as bf16 in boxes of 64 (128 bytes), FP8 codes as bytes
-// in boxes of up to 128. False where the driver has no encoder or the layout breaks the engine's rules
-// (16-byte aligned base and strides); the CTA then copies every tile of that format with cp.async.
+// in boxes of up to 128, TQ3's packed codes as bytes in boxes of 48 (128 codes, no swizzle). False where
+// the driver has no encoder or the layout breaks the engine's rules (16-byte aligned base and strides);
+// the CTA then copies every tile of that format with cp.async.
 bool encode_maps(CUtensorMap& k_map, CUtensorMap& v_map, codec::PageFormat f, const PoolViews& pools,
                  const DecodeShape& shape, int box_rows, uint64_t pages) {
   static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
@@ -243,10 +257,13 @@ bool encode_maps(CUtensorMap& k_map, CUtensorMap& v_map, codec::PageFormat f, co
   const DeviceLayout& L = pools.layout[fi];
   uint8_t* base = pools.base[fi];
   if (!encode || !base || box_rows == 0 || pages == 0) return false;
-  const bool bf16 = f == codec::PageFormat::kBf16;
-  const int inner = bf16 ? 64 : std::min(shape.head_dim, 128);
-  const auto swizzle = bf16 || inner == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(shape.head_dim), static_cast<cuuint64_t>(shape.tokens_per_page),
+  const bool bf16 = f == codec::PageFormat::kBf16, tq3 = f == codec::PageFormat::kTq3;
+  const int inner = bf16 ? 64 : tq3 ? 48 : std::min(shape.head_dim, 128);
+  const auto swizzle = tq3                     ? CU_TENSOR_MAP_SWIZZLE_NONE
+                       : bf16 || inner == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                               : CU_TENSOR_MAP_SWIZZLE_64B;
+  const int row_elems = tq3 ? static_cast<int>(codec::tq3_packed_bytes(shape.head_dim)) : shape.head_dim;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(row_elems), static_cast<cuuint64_t>(shape.tokens_per_page),
                               static_cast<cuuint64_t>(shape.kv_heads), pages};
   const cuuint64_t strides[3] = {L.row, L.code_stride, L.page_bytes};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(inner), static_cast<cuuint32_t>(box_rows), 1, 1},
@@ -414,13 +431,14 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   p.tokens_per_page = shape_.tokens_per_page;
   int max_pages = 0;
   for (const auto& sq : plan.seqs) max_pages = std::max(max_pages, sq.pages);
-  // kTma: the BF16 and FP8 works go to the copy-engine CTA, whose tensor maps cover each pool up to the
-  // last page read.
-  const int bf16 = codec::format_index(codec::PageFormat::kBf16), fp8 = codec::format_index(codec::PageFormat::kFp8);
+  // kTma: the BF16, FP8 and (head_dim >= 128) TQ3 works go to the copy-engine CTA, whose tensor maps
+  // cover each pool up to the last page read.
+  const int bf16 = codec::format_index(codec::PageFormat::kBf16), fp8 = codec::format_index(codec::PageFormat::kFp8),
+            tq3f = codec::format_index(codec::PageFormat::kTq3);
   uint32_t tma_formats = 0;  // of those present
   if (kernel_ == PrefillKernel::kTma)
-    for (const int f : {bf16, fp8})
-      if (seen[f]) tma_formats |= 1u << f;
+    for (int f = 0; f < codec::kNumPageFormats; ++f)
+      if (seen[f] && prefill_tma_reads(shape_.head_dim, static_cast<codec::PageFormat>(f))) tma_formats |= 1u << f;
   const bool direct = tma_formats != 0;
   p.formats = ~tma_formats;
   bool others = false;
@@ -437,6 +455,7 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
         pages[sp.format] = std::max<uint64_t>(pages[sp.format], plan.entries[e].page_id + 1ull);
     tp.tma = encode_maps(tp.k_map, tp.v_map, codec::PageFormat::kBf16, pools, shape_, tp.box_rows, pages[bf16]) ? 1 : 0;
     tp.tma8 = encode_maps(tp.k8_map, tp.v8_map, codec::PageFormat::kFp8, pools, shape_, tp.box_rows, pages[fp8]) ? 1 : 0;
+    tp.tma3 = encode_maps(tp.k3_map, tp.v3_map, codec::PageFormat::kTq3, pools, shape_, tp.box_rows, pages[tq3f]) ? 1 : 0;
   }
   switch (shape_.head_dim) {
     case 64:

@@ -2,16 +2,17 @@
 // hand-off): one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
 //
 // Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 wgmmas (bf16 for
-// BF16 pages, fp16 for FP8 pages, whose codes are exact in fp16), both operands in shared memory
-// (K-major, 128-byte swizzle), the shared softmax step (prefill_tile.cuh) on the accumulators with FP8's
-// K scales, then O += P V as m64nDk16 wgmmas with P from registers and V (FP8: scaled) read MN-major.
+// BF16 pages, fp16 for FP8 and TQ3 pages, whose codes and levels are exact in fp16; TQ3 against the
+// rotated query), both operands in shared memory (K-major, 128-byte swizzle), the shared softmax step
+// (prefill_tile.cuh) on the accumulators with FP8's K scales or TQ3's K alphas, then O += P V as m64nDk16
+// wgmmas with P from registers and V (FP8, TQ3: scaled) read MN-major.
 // Loop order: PV(t - 1) and QK^T(t) are issued together and retired together, then the softmax of tile
 // t rescales O; with two consumer warpgroups one's softmax runs under the other's products. Kernel lab:
 // MINIMAKV_PREFILL_TMA_OVERLAP=1 builds the FlashAttention-3 order instead (the softmax of tile t under
 // this warpgroup's own PV(t - 1), O's rescale deferred), which measured 4-9% slower on an H200 with both
 // orders through the GPU tests (docs/benchmarks.md).
 // Precision: Q (one term, or hi + lo when page scores are wanted), K, V and the probabilities are bf16
-// (BF16 pages, as FlashAttention computes a BF16 model) or fp16 (FP8 pages, as the decoding CTA) on the
+// (BF16 pages, as FlashAttention computes a BF16 model) or fp16 (FP8 and TQ3 pages, as the decoding CTA) on the
 // tensor cores with fp32 accumulation; logits, the softmax state and O stay fp32.
 // Invariant: compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
@@ -27,12 +28,12 @@ namespace minimakv::cuda::detail {
 
 template <codec::PageFormat F, int D, int QT>
 __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
-  static_assert(F == codec::PageFormat::kBf16 || F == codec::PageFormat::kFp8);
+  static_assert(F == codec::PageFormat::kBf16 || F == codec::PageFormat::kFp8 || F == codec::PageFormat::kTq3);
   using T = TmaTile<D, QT>;
   using E = std::conditional_t<F == codec::PageFormat::kBf16, __nv_bfloat16, __half>;
   constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
-  stage_query_tma<T, E, D, QT>(p, c, smem);
+  stage_query_tma<T, E, D, QT>(p, c, kRotatedFormat<F> ? p.q_rot : p.q, smem);
   const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
   const int q_min = c.sq.first + c.wk.tile_token;
   const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;

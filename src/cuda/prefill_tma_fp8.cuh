@@ -70,7 +70,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K, box = pt / K;
   const int fi = codec::format_index(codec::PageFormat::kFp8);
-  const DeviceLayout L = p.pools.layout[fi];
+  const DeviceLayout& L = p.pools.layout[fi];  // read from the parameter bank where used: no registers
   const uint8_t* base = p.pools.base[fi];
   const uint32_t sbase = smem_u32(smem);
   const size_t head_code = static_cast<size_t>(c.h) * L.code_stride, head_meta = static_cast<size_t>(c.h) * L.meta_stride;
@@ -119,11 +119,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
       cp_async_wait<0>();
     }
   };
-  auto publish = [&](uint32_t full) {
-    fence_proxy_async();  // the tensor cores read the widened rows through the async proxy
-    named_sync(T::kProducersBar, 128);
-    if (pt == 0) mbarrier_arrive(sbase + full);
-  };
+  auto publish = [&](uint32_t full) { publish_widened<T>(sbase, full, pt); };
   auto scale_of = [&](const KeySlot& k, uint32_t meta_off) {
     return k.page ? __ldg(reinterpret_cast<const float*>(k.page + meta_off + head_meta + static_cast<size_t>(k.tok) * L.meta))
                   : 0.0f;

@@ -1,5 +1,7 @@
-// The prefill CTA for BF16 and FP8 pages on Hopper (PrefillKernel::kTma; paged_prefill.cu launches it):
-// one query tile of one sequence against one key split of BF16 or FP8 pages for one KV head. The bulk
+// The prefill CTA for BF16, FP8 and TQ3 pages on Hopper (PrefillKernel::kTma; paged_prefill.cu launches
+// it; TQ3 at head_dim 128 and 256): one query tile of one sequence against one key split of one format's
+// pages for one KV head. TQ3: prefill_tma_tq3.cuh's producer decodes packed codes from a raw ring of
+// its own (kRaw) into the same fp16 tiles, and the query tile is the rotated one. The bulk
 // tensor copy engine (TMA) copies each K and V tile from the pages into shared memory, and the consumers
 // run QK^T and PV as wgmma on it: BF16 pages as bf16 operands with no decode pass (what FlashAttention
 // and PyTorch's SDPA compute for a BF16 model), FP8 codes widened in place to fp16 operands by the
@@ -7,15 +9,17 @@
 // conversion pass through shared memory, instead of a copy and a decode per row.
 //
 // Owns: the tiling and shared-memory layout of this CTA (TmaTile), its launch parameters (the pools'
-// tensor maps) and the BF16 producer warpgroup. The FP8 producer: prefill_tma_fp8.cuh; the consumers:
-// prefill_tma_consume.cuh.
+// tensor maps) and the BF16 producer warpgroup. The FP8 producer: prefill_tma_fp8.cuh; the TQ3
+// producer: prefill_tma_tq3.cuh; the consumers: prefill_tma_consume.cuh.
 // Layout: every operand is stored as blocks of 64 columns (128 bytes a row), rows consecutive, a row's
 // 16-byte chunks permuted by XOR with the row index mod 8 (the copy engine's SWIZZLE_128B, which the
 // wgmma descriptors name); Q as kRows rows (one block after the other, one or two query terms), K and V
-// of a stage as kKeys rows each. Per stage: K, V, the keys' positions, plan entries and K scales, and
-// six mbarriers (K full, V full, K empty, V empty, and the FP8 producer's raw K and raw V arrivals).
+// of a stage as kKeys rows each. Per stage: K, V, the keys' positions, plan entries and K scales, the
+// TQ3 raw ring's K and V codes (kRawHalf bytes each, unused by the other formats), and six mbarriers
+// (K full, V full, K empty, V empty, and the FP8 and TQ3 producers' raw K and raw V arrivals).
 // Hand-off: the producer announces each tile's K with its positions on FULL_K and its V on FULL_V (one
-// arrival each, by its first thread); consumer warps arrive on EMPTY_K once the softmax that reads the
+// arrival each by the BF16 producer's first thread; one per thread by the widening producers, see
+// publish_widened); consumer warps arrive on EMPTY_K once the softmax that reads the
 // positions is done and on EMPTY_V after PV. (Positions ride with K so that a softmax never waits for
 // its tile's V to arrive.) A tile the copy engine cannot fill exactly (rows of a partly written page,
 // padding pages at a split's end, or a page layout the tensor map does not cover) is copied by every
@@ -43,8 +47,9 @@ struct PrefillTmaParams {
   PrefillParams p;
   CUtensorMap k_map, v_map;      // BF16 pool as [page][head][token][dim]; boxes of 64 dims x box_rows tokens
   CUtensorMap k8_map, v8_map;    // FP8 pool's codes as bytes, the same order; boxes of <= 128 codes
+  CUtensorMap k3_map, v3_map;    // TQ3 pool's packed codes as bytes, the same order; boxes of 128 codes
   int box_rows;                  // tokens of one box: the key tile, or the page where pages are shorter
-  int tma, tma8;                 // 0: the pool's layout does not suit a tensor map, every tile by cp.async
+  int tma, tma8, tma3;           // 0: the pool's layout does not suit a tensor map, every tile by cp.async
 };
 
 template <int D, int QT>
@@ -60,13 +65,15 @@ struct TmaTile {
   static constexpr uint32_t kQTerm = kRows * D * 2;                         // one query term
   static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
   static constexpr uint32_t kMetaBytes = kKeys * 12 + 16;  // kpos[kKeys], kent[kKeys], kscale[kKeys], maxpos[4]
+  static constexpr uint32_t kRawHalf = kKeys * 3 * D / 8;  // TQ3 codes of one K or V tile (the raw ring)
   static constexpr size_t stage_bytes(int stages) {
-    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 48) + 1024;  // + barriers + alignment
+    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 2 * kRawHalf + 48) + 1024;  // + barriers, alignment
   }
   static constexpr int kStages = stage_bytes(3) <= 227 * 1024 ? 3 : 2;
   static constexpr uint32_t kQ = 0, kKv = QT * kQTerm;  // K of stage b at kKv + 2b halves, V after it
   static constexpr uint32_t kMeta = kKv + kStages * 2 * kHalfTile;
-  static constexpr uint32_t kBars = kMeta + kStages * kMetaBytes;
+  static constexpr uint32_t kRaw = (kMeta + kStages * kMetaBytes + 127) / 128 * 128;  // K then V of stage b
+  static constexpr uint32_t kBars = kRaw + kStages * 2 * kRawHalf;
   static constexpr size_t kBytes = kBars + kStages * 48 + 1024;  // + slack to align the base to 1024
   static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
   static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
@@ -78,6 +85,8 @@ struct TmaTile {
   __device__ static constexpr uint32_t k_tile(int b) { return kKv + 2 * b * kHalfTile; }
   __device__ static constexpr uint32_t v_tile(int b) { return kKv + (2 * b + 1) * kHalfTile; }
   __device__ static constexpr uint32_t meta(int b) { return kMeta + b * kMetaBytes; }
+  __device__ static constexpr uint32_t raw_k_tile(int b) { return kRaw + 2 * b * kRawHalf; }
+  __device__ static constexpr uint32_t raw_v_tile(int b) { return kRaw + (2 * b + 1) * kRawHalf; }
   __device__ static constexpr uint32_t full_k(int b) { return kBars + 8 * b; }
   __device__ static constexpr uint32_t full_v(int b) { return kBars + 8 * (kStages + b); }
   __device__ static constexpr uint32_t empty_k(int b) { return kBars + 8 * (2 * kStages + b); }
@@ -88,13 +97,41 @@ struct TmaTile {
   static constexpr int kEnt = kKeys, kScale = 2 * kKeys, kMaxPos = 3 * kKeys;
 };
 
+// How the widening producers (FP8, TQ3) publish a tile: 1, every producer thread arrives on the FULL
+// barrier after its own proxy fence, so no producer waits for another; 0 (kernel lab), the producers
+// meet at their named barrier and the first thread arrives once, as the BF16 producer does.
+#ifndef MINIMAKV_PREFILL_PUBLISH_BY_EACH
+#define MINIMAKV_PREFILL_PUBLISH_BY_EACH 1
+#endif
+inline constexpr bool kPublishByEach = MINIMAKV_PREFILL_PUBLISH_BY_EACH != 0;
+
+// Arrivals that complete a FULL barrier's phase: one (the BF16 producer's first thread, with the copy
+// engine's bytes), or every producer thread where widening producers publish by each.
+template <class T>
+__device__ constexpr int full_arrivals(bool widening) {
+  return widening && kPublishByEach ? 128 : 1;
+}
+
+// A widening producer's hand-off of the rows it wrote (and the meta) on FULL barrier `full`: the tensor
+// cores read them through the async proxy.
+template <class T>
+__device__ inline void publish_widened(uint32_t sbase, uint32_t full, int pt) {
+  fence_proxy_async();
+  if constexpr (kPublishByEach) {
+    mbarrier_arrive(sbase + full);
+  } else {
+    named_sync(T::kProducersBar, 128);
+    if (pt == 0) mbarrier_arrive(sbase + full);
+  }
+}
+
 // One thread initialises the barriers; the CTA barrier after it publishes them.
 template <class T>
-__device__ void init_tma_barriers(uint32_t sbase) {
+__device__ void init_tma_barriers(uint32_t sbase, int full_count) {
   if (threadIdx.x == 0) {
     for (int b = 0; b < T::kStages; ++b) {
-      mbarrier_init(sbase + T::full_k(b), 1);
-      mbarrier_init(sbase + T::full_v(b), 1);
+      mbarrier_init(sbase + T::full_k(b), full_count);
+      mbarrier_init(sbase + T::full_v(b), full_count);
       mbarrier_init(sbase + T::empty_k(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::raw_k(b), 1);
@@ -121,15 +158,16 @@ __device__ inline float2 unpack_pair(uint32_t x) {
     return __half22float2(*reinterpret_cast<const __half2*>(&x));
 }
 
-// The query tile, pre-scaled so that logits come out in base 2, as E (bf16 or fp16; hi [+ lo]) in the
-// swizzled layout, staged by the consumer threads and handed to them all through the consumers' barrier.
+// The query tile (rotated for TQ3 pages), pre-scaled so that logits come out in base 2, as E (bf16 or
+// fp16; hi [+ lo]) in the swizzled layout, staged by the consumer threads and handed to them all through
+// the consumers' barrier.
 template <class T, class E, int D, int QT>
-__device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+__device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, const float* qsrc, uint8_t* smem) {
   const float qscale = p.scale * kLog2e;
   const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
   for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
     const int r = i / (D / 4), d4 = 4 * (i % (D / 4));
-    const float4 x = load_query4<D>(p, c, p.q, r, d4, tile_rows, qscale);
+    const float4 x = load_query4<D>(p, c, qsrc, r, d4, tile_rows, qscale);
     const uint32_t h0 = pack_pair<E>(x.x, x.y), h1 = pack_pair<E>(x.z, x.w);
     uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 8) + (d4 % 8) * 2;
     *reinterpret_cast<uint2*>(dst) = make_uint2(h0, h1);

@@ -200,10 +200,11 @@ TEST(GpuPrefill, RecentFp8OverTq3HistoryLikeTheEngine) {
     }
 }
 
-// BF16 or FP8 pages only, where the copy engine fills whole key tiles (pages of 64/128/256 tokens, 832
-// with a partial last box) and where a page is not a whole number of boxes (16, 48, 100: the cp.async
+// BF16, FP8 or TQ3 pages only, where the copy engine fills whole key tiles (pages of 64/128/256 tokens,
+// 832 with a partial last box) and where a page is not a whole number of boxes (16, 48, 100: the cp.async
 // path), with partial last pages, page scores on and off, and every head_dim (FP8: raw codes widened in
-// place, with the three in-place orders of head_dim 64, 128 and 256).
+// place, with the three in-place orders of head_dim 64, 128 and 256; TQ3: codes through the raw ring at
+// 128 and 256, one and two boxes a row, and the decoding CTA at 64).
 void copy_engine_case(std::mt19937_64& rng, PageFormat f) {
   if (!cuda::prefill_wgmma_available()) GTEST_SKIP() << "the copy-engine kernel needs sm_90";
   const auto kernel = cuda::PrefillKernel::kTma;
@@ -219,6 +220,12 @@ void copy_engine_case(std::mt19937_64& rng, PageFormat f) {
         std::printf("%s %s d=%d B=%d: gpu-ref %.2e scores %.2e\n", codec::to_string(f), cuda::to_string(kernel), d, B,
                     r.gpu_vs_ref, r.score_err);
     }
+}
+
+TEST(GpuPrefill, Tq3PagesThroughTheCopyEngine) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  copy_engine_case(rng, PageFormat::kTq3);
 }
 
 TEST(GpuPrefill, Bf16PagesThroughTheCopyEngine) {

@@ -57,11 +57,12 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
     const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, tma), split_tokens);
     const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
     ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 ? 64 : 128) / G);
-    // Keys per tile of each format: the decoding kernels' for TQ3 and TQ4, twice as many for BF16 and FP8
-    // read by the copy engine.
+    // Keys per tile of each format: the decoding kernels' for TQ4 (and TQ3 at head_dim 64), twice as many
+    // for BF16, FP8 and TQ3 read by the copy engine.
     std::array<int, codec::kNumPageFormats> kt{}, slots{};
     for (int f = 0; f < codec::kNumPageFormats; ++f) {
-      const bool wide = tma && (f == codec::format_index(PageFormat::kBf16) || f == codec::format_index(PageFormat::kFp8));
+      const bool wide = tma && (f == codec::format_index(PageFormat::kBf16) || f == codec::format_index(PageFormat::kFp8) ||
+                                (f == codec::format_index(PageFormat::kTq3) && c.shape.head_dim >= 128));
       kt[f] = (c.shape.head_dim > 128 ? 32 : 64) * (wide ? 2 : 1);
       ASSERT_EQ(plan.tiling.keys[f], kt[f]);
       slots[f] = B >= kt[f] ? (B + kt[f] - 1) / kt[f] * kt[f] : B;
@@ -230,6 +231,32 @@ TEST(PrefillPlan, BadInputsAreRefused) {
   auto odd = cuda::prefill_tiling(128, false);
   odd.keys[codec::format_index(PageFormat::kFp8)] = 128;
   EXPECT_THROW(cuda::make_prefill_plan(ok, shape, odd), std::invalid_argument);
+}
+
+TEST(PrefillPlan, TheCopyEngineTilesTheFormatsItReads) {
+  // kTma reads BF16 and FP8 at every head_dim and TQ3 where its rows are whole 16-byte chunks (128, 256);
+  // TQ3 at 64 and TQ4 keep the decoding CTA's key tiles.
+  const auto i = [](PageFormat f) { return codec::format_index(f); };
+  for (const int d : {64, 128, 256}) {
+    const auto plain = cuda::prefill_tiling(d, false), tma = cuda::prefill_tiling(d, true);
+    SCOPED_TRACE("d=" + std::to_string(d));
+    EXPECT_EQ(tma.rows, plain.rows);
+    for (const auto f : {PageFormat::kBf16, PageFormat::kFp8}) {
+      EXPECT_TRUE(cuda::prefill_tma_reads(d, f));
+      EXPECT_EQ(tma.keys[i(f)], cuda::prefill_tma_key_tile(d));
+    }
+    EXPECT_EQ(cuda::prefill_tma_reads(d, PageFormat::kTq3), d >= 128);
+    EXPECT_EQ(tma.keys[i(PageFormat::kTq3)], d >= 128 ? cuda::prefill_tma_key_tile(d) : plain.keys[i(PageFormat::kTq3)]);
+    EXPECT_FALSE(cuda::prefill_tma_reads(d, PageFormat::kTq4));
+    EXPECT_EQ(tma.keys[i(PageFormat::kTq4)], plain.keys[i(PageFormat::kTq4)]);
+  }
+  // A TQ3 chunk planned for kTma at head_dim 128 counts 128-key tiles.
+  cuda::PrefillSeq s{0, 128, 1024 - 128, {}};
+  for (uint32_t p = 0; p < 16; ++p) s.pages.push_back({PageFormat::kTq3, p + 1, 64});
+  const auto plan = cuda::make_prefill_plan(std::vector<cuda::PrefillSeq>{s}, {4, 2, 128, 64, 0.0f},
+                                            cuda::prefill_tiling(128, true), 1024);
+  ASSERT_EQ(plan.works.size(), 2u);  // two query tiles of 64 tokens (G = 2), one split
+  EXPECT_EQ(plan.works[1].key_tiles, 8);
 }
 
 }  // namespace

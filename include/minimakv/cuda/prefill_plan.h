@@ -47,15 +47,21 @@ struct PrefillTiling {
   std::array<int32_t, codec::kNumPageFormats> keys{};
   bool operator==(const PrefillTiling&) const = default;
 };
-// tma: BF16 and FP8 pages read by the copy engine (cuda::PrefillKernel::kTma); TQ3 and TQ4 keep the
-// decoding CTA's tiles.
+// Whether cuda::PrefillKernel::kTma reads pages of format f by the copy engine: BF16 and FP8 always, TQ3
+// at head_dim 128 and 256 (its 3d/8-byte rows are whole 16-byte chunks there); the rest (TQ3 at 64, TQ4)
+// go to the decoding CTA.
+constexpr bool prefill_tma_reads(int head_dim, codec::PageFormat f) {
+  return f == codec::PageFormat::kBf16 || f == codec::PageFormat::kFp8 ||
+         (f == codec::PageFormat::kTq3 && head_dim >= 128);
+}
+// tma: the tiling of cuda::PrefillKernel::kTma (the copy engine's key tiles for the formats it reads).
 constexpr PrefillTiling prefill_tiling(int head_dim, bool tma) {
   PrefillTiling t;
   t.rows = prefill_tile_rows(head_dim);
   t.keys.fill(prefill_key_tile(head_dim));
   if (tma)
-    for (const auto f : {codec::PageFormat::kBf16, codec::PageFormat::kFp8})
-      t.keys[codec::format_index(f)] = prefill_tma_key_tile(head_dim);
+    for (int f = 0; f < codec::kNumPageFormats; ++f)
+      if (prefill_tma_reads(head_dim, static_cast<codec::PageFormat>(f))) t.keys[f] = prefill_tma_key_tile(head_dim);
   return t;
 }
 
