@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
 // works return at once. One kernel per format, so that each gets the registers its own code needs. The
 // producer warpgroup gives registers to the two consumer warpgroups (BF16: 40 + 2 x 232; FP8 and TQ3,
 // whose producers widen codes: 104 + 2 x 200, 4-5% faster than 72 + 2 x 216 on an H100,
-// docs/benchmarks.md; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel lab: MINIMAKV_PREFILL_FP8_PRODUCER_REGS and MINIMAKV_PREFILL_TQ3_PRODUCER_REGS
-// move the widening producers' split (the consumers get (504 - it) / 2; both multiples of 8).
+// docs/benchmarks.md; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel
+// lab: MINIMAKV_PREFILL_FP8_PRODUCER_REGS and MINIMAKV_PREFILL_TQ3_PRODUCER_REGS move the widening
+// producers' split (the consumers get (504 - it) / 2; both multiples of 8).
 #ifndef MINIMAKV_PREFILL_FP8_PRODUCER_REGS
 #define MINIMAKV_PREFILL_FP8_PRODUCER_REGS 104
 #endif
@@ -209,7 +210,7 @@ void launch_tma_formats(const PrefillTmaParams& tp, cudaStream_t st) {
     if (tp.p.formats >> codec::format_index(codec::PageFormat::kTq3) & 1u) launch_tma<codec::PageFormat::kTq3, D, QT>(tp, st);
 }
 
-// tp: the copy-engine launch's parameters where its CTA attends the BF16 and FP8 works (tp->p.formats
+// tp: the copy-engine launch's parameters where its CTA attends the BF16, FP8 or TQ3 works (tp->p.formats
 // names them, p.formats leaves them out), else null; others: whether works of other formats remain for
 // prefill_tile_kernel.
 template <int D>
