@@ -206,7 +206,7 @@ template <int D, int QT>
 void launch_tma_formats(const PrefillTmaParams& tp, cudaStream_t st) {
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kBf16) & 1u) launch_tma<codec::PageFormat::kBf16, D, QT>(tp, st);
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kFp8) & 1u) launch_tma<codec::PageFormat::kFp8, D, QT>(tp, st);
-  if constexpr (D >= 128)  // TQ3 rows of 24 bytes (head_dim 64) are no whole number of 16-byte chunks
+  if constexpr (prefill_tma_reads(D, codec::PageFormat::kTq3))
     if (tp.p.formats >> codec::format_index(codec::PageFormat::kTq3) & 1u) launch_tma<codec::PageFormat::kTq3, D, QT>(tp, st);
 }
 

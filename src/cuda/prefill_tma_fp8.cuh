@@ -69,11 +69,8 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K, box = pt / K;
-  const int fi = codec::format_index(codec::PageFormat::kFp8);
-  const DeviceLayout& L = p.pools.layout[fi];  // read from the parameter bank where used: no registers
-  const uint8_t* base = p.pools.base[fi];
+  const ProducerPool pool(p, codec::PageFormat::kFp8, c.h);
   const uint32_t sbase = smem_u32(smem);
-  const size_t head_code = static_cast<size_t>(c.h) * L.code_stride, head_meta = static_cast<size_t>(c.h) * L.meta_stride;
   if (pt == 0) {
     tma_prefetch_map(&tp.k8_map);
     tma_prefetch_map(&tp.v8_map);
@@ -99,9 +96,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
         }
       }
     } else {
-      const uint8_t* src = k.page ? k.page + (v ? L.v_codes : 0u) + head_code + static_cast<size_t>(k.tok) * L.row +
-                                        box * R::kRowBytes
-                                  : base;
+      const uint8_t* src = pool.row(k, v, box * R::kRowBytes);
       const uint32_t dst = rs + box * K * R::kRowBytes + j * R::kRowBytes;
 #pragma unroll
       for (int q = 0; q < R::kChunks; ++q) cp_async16_zfill(dst + 16 * (q ^ R::swz(j)), src + 16 * q, k.page != nullptr);
@@ -120,20 +115,14 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     }
   };
   auto publish = [&](uint32_t full) { publish_widened<T>(sbase, full, pt); };
-  auto scale_of = [&](const KeySlot& k, uint32_t meta_off) {
-    return k.page ? __ldg(reinterpret_cast<const float*>(k.page + meta_off + head_meta + static_cast<size_t>(k.tok) * L.meta))
-                  : 0.0f;
-  };
   // Tile t's key slot and whether the copy engine can fill it (the BF16 producer's rule: every row
   // holds one of its page's tokens or lies past the page's span), its meta, and its K codes on the way.
   KeyCursor cursor(c, j);
   auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& vscale) {
     const int b = t % S;
-    const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
-    k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
-    by_tma = named_sync_and(T::kProducersBar, 128, tp.tma8 && real_entry && (past_span || k.page));
-    const float kscale = scale_of(k, L.k_meta);
-    vscale = scale_of(k, L.v_meta);
+    k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma8, by_tma);
+    const float kscale = pool.meta<float>(k, pool.L.k_meta);
+    vscale = pool.meta<float>(k, pool.L.v_meta);
     if (t >= S) mbarrier_wait(sbase + T::empty_k(b), ((t / S) & 1) ^ 1);
     write_tma_meta<T>(smem, b, pt, k, kscale);
     if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy

@@ -192,6 +192,47 @@ __device__ inline BoxOrigin box_origin(const PrefillWork& c, int key) {
   return {static_cast<int>(c.entries[c.sp.entry_begin + rel].page_id), c.sp.tok_begin + (key - rel * c.slot)};
 }
 
+// A producer warpgroup's view of one format's pool for its KV head: the layout (a reference into the
+// launch's parameter bank, so its fields cost no registers), the pool's base, the head's offsets in the
+// code and meta sections.
+struct ProducerPool {
+  const DeviceLayout& L;
+  const uint8_t* base;
+  size_t head_code, head_meta;
+
+  __device__ ProducerPool(const PrefillParams& p, codec::PageFormat f, int h)
+      : L(p.pools.layout[codec::format_index(f)]),
+        base(p.pools.base[codec::format_index(f)]),
+        head_code(static_cast<size_t>(h) * L.code_stride),
+        head_meta(static_cast<size_t>(h) * L.meta_stride) {}
+
+  // Byte `at` of key slot k's K (or V) code row; the pool's base for a padding slot, which a
+  // zero-filling copy never reads.
+  __device__ const uint8_t* row(const KeySlot& k, bool v, uint32_t at = 0) const {
+    return k.page ? k.page + (v ? L.v_codes : 0u) + head_code + static_cast<size_t>(k.tok) * L.row + at : base;
+  }
+  // Key slot k's metadata M (FP8: the fp32 scale; TQ3: the fp16 alpha) in the section at `section`;
+  // zero for a padding slot.
+  template <class M>
+  __device__ M meta(const KeySlot& k, uint32_t section) const {
+    return k.page ? __ldg(reinterpret_cast<const M*>(k.page + section + head_meta + static_cast<size_t>(k.tok) * L.meta))
+                  : M(0.0f);
+  }
+};
+
+// This producer thread's key slot of the next tile, and the producers' vote (one barrier) on whether the
+// copy engine fills the whole tile right: `mapped` (the pool has a tensor map) and every row holds one of
+// its page's tokens or lies past the page's span (zeros); not when a row is a written page's unwritten
+// row or a padding page past the split's end.
+template <class T>
+__device__ KeySlot next_tile_slot(KeyCursor& cursor, const PrefillWork& c, const ProducerPool& pool,
+                                  int tokens_per_page, bool mapped, bool& by_tma) {
+  const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
+  const KeySlot k = cursor.next(c, pool.base, pool.L.page_bytes, tokens_per_page, T::kKeys);
+  by_tma = named_sync_and(T::kProducersBar, 128, mapped && real_entry && (past_span || k.page));
+  return k;
+}
+
 // A stage's meta for producer thread pt's key j of the tile (pt < kKeys write it; every warp writes the
 // largest position it saw, INT_MAX with padding, so the consumers can skip the causal mask).
 template <class T>
@@ -216,11 +257,8 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
   constexpr int S = T::kStages, K = T::kKeys;
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K;
-  const int fi = codec::format_index(codec::PageFormat::kBf16);
-  const DeviceLayout L = p.pools.layout[fi];
-  const uint8_t* base = p.pools.base[fi];
+  const ProducerPool pool(p, codec::PageFormat::kBf16, c.h);
   const uint32_t sbase = smem_u32(smem);
-  const size_t head_off = static_cast<size_t>(c.h) * L.code_stride;
   if (pt == 0) {
     tma_prefetch_map(&tp.k_map);
     tma_prefetch_map(&tp.v_map);
@@ -239,12 +277,8 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
   for (int t = 0; t < n; ++t) {
     const int b = t % S;
     const uint32_t parity = ((t / S) & 1) ^ 1;  // of the consumers' release of this stage's previous tile
-    // This thread's key of tile t. The copy engine fills its row right when the row holds one of the
-    // page's tokens or lies past the page's span (zeros); not when it is a written page's unwritten row
-    // or a padding page past the split's end.
-    const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
-    const KeySlot k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
-    const bool by_tma = named_sync_and(T::kProducersBar, 128, tp.tma && real_entry && (past_span || k.page));
+    bool by_tma;
+    const KeySlot k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma, by_tma);  // this thread's key
     if (t >= S) mbarrier_wait(sbase + T::empty_k(b), parity);
     write_tma_meta<T>(smem, b, pt, k, 1.0f);
     if (by_tma) {
@@ -262,8 +296,7 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
       for (int r = 0; r < 2 * K / 128; ++r) {
         const int row = pt + 128 * r;
         const bool is_v = row >= K;
-        const uint8_t* src =
-            k.page ? k.page + (is_v ? L.v_codes : 0u) + head_off + static_cast<size_t>(k.tok) * L.row : base;
+        const uint8_t* src = pool.row(k, is_v);
         const uint32_t dst = sbase + (is_v ? T::v_tile(b) : T::k_tile(b));
 #pragma unroll
         for (int cc = 0; cc < D / 8; ++cc) cp_async16_zfill(dst + T::chunk(K, j, cc), src + 16 * cc, k.page != nullptr);

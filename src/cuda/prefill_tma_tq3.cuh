@@ -112,11 +112,8 @@ __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWor
   static_assert(D % 128 == 0 && kBoxes * K == 128, "one row (head_dim 256: half row) per producer thread");
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K, box = pt / K;
-  const int fi = codec::format_index(codec::PageFormat::kTq3);
-  const DeviceLayout& L = p.pools.layout[fi];  // read from the parameter bank where used: no registers
-  const uint8_t* base = p.pools.base[fi];
+  const ProducerPool pool(p, codec::PageFormat::kTq3, c.h);
   const uint32_t sbase = smem_u32(smem);
-  const size_t head_code = static_cast<size_t>(c.h) * L.code_stride, head_meta = static_cast<size_t>(c.h) * L.meta_stride;
   if (pt == 0) {
     tma_prefetch_map(&tp.k3_map);
     tma_prefetch_map(&tp.v3_map);
@@ -130,21 +127,15 @@ __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWor
     __half k_alpha, v_alpha;  // converted where used, so that their loads' latency hides behind a tile
     bool by_tma;
   };
-  auto alpha = [&](const KeySlot& k, uint32_t meta_off) {
-    return k.page ? __ldg(reinterpret_cast<const __half*>(k.page + meta_off + head_meta + static_cast<size_t>(k.tok) * L.meta))
-                  : __float2half_rn(0.0f);
-  };
   // Tile t's key slot, whether the copy engine can fill it (the BF16 producer's rule), its alphas, and
   // its K and V codes on their way into ring stage t mod S.
   KeyCursor cursor(c, j);
   auto start = [&](int t) {
     const int b = t % S;
     Tile x;
-    const bool real_entry = c.sp.entry_begin + cursor.rel < c.sp.entry_end, past_span = cursor.in >= c.span;
-    x.k = cursor.next(c, base, L.page_bytes, p.tokens_per_page, K);
-    x.by_tma = named_sync_and(T::kProducersBar, 128, tp.tma3 && real_entry && (past_span || x.k.page));
-    x.k_alpha = alpha(x.k, L.k_meta);
-    x.v_alpha = alpha(x.k, L.v_meta);
+    x.k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma3, x.by_tma);
+    x.k_alpha = pool.meta<__half>(x.k, pool.L.k_meta);
+    x.v_alpha = pool.meta<__half>(x.k, pool.L.v_meta);
     const uint32_t rk = sbase + T::raw_k_tile(b), rv = sbase + T::raw_v_tile(b);
     if (x.by_tma) {
       if (pt == 0) {
@@ -163,11 +154,11 @@ __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWor
       }
     } else {
       const bool real = x.k.page != nullptr;
-      const uint8_t* src = real ? x.k.page + head_code + static_cast<size_t>(x.k.tok) * L.row + box * kBoxRow : base;
+      const uint8_t *ksrc = pool.row(x.k, false, box * kBoxRow), *vsrc = pool.row(x.k, true, box * kBoxRow);
 #pragma unroll
       for (int q = 0; q < 3; ++q) {
-        cp_async16_zfill(rk + row_off + 16 * q, src + 16 * q, real);
-        cp_async16_zfill(rv + row_off + 16 * q, real ? src + L.v_codes + 16 * q : base, real);
+        cp_async16_zfill(rk + row_off + 16 * q, ksrc + 16 * q, real);
+        cp_async16_zfill(rv + row_off + 16 * q, vsrc + 16 * q, real);
       }
     }
     cp_async_commit();  // one group per tile, empty where the copy engine fills it
