@@ -5,7 +5,7 @@
 # CMake target TARGET plus the extra arguments into DIR, replaces its object in a copy of SRC's
 # libminimakv_cuda.a and relinks SRC's benchmark BENCH against that copy into DIR/BENCH. LAB_SRCROOT (default:
 # this checkout) is the source tree SOURCE and the headers come from, e.g. a worktree of an earlier commit
-# for a "before" variant.
+# for a "before" variant. LAB_TESTS=1 relinks SRC's cuda_tests into DIR as well.
 lab_build() {
   local src=$1 target=$2 source=$3 bench=$4 dir=$5
   shift 5
@@ -22,6 +22,12 @@ lab_build() {
   abs=$(realpath "$dir")
   (cd "$src/bench" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/$bench.tmp" &&
     mv "$abs/$bench.tmp" "$abs/$bench")
+  # LAB_TESTS=1: the GPU test binary relinked against the same library, so one run validates the variant.
+  if [[ ${LAB_TESTS:-0} == 1 ]]; then
+    link=$(cat "$src/tests/CMakeFiles/cuda_tests.dir/link.txt")
+    (cd "$src/tests" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/cuda_tests.tmp" &&
+      mv "$abs/cuda_tests.tmp" "$abs/cuda_tests")
+  fi
 }
 
 # lab_run BENCH LAB OUT [bench args...]: runs LAB/*/BENCH with the arguments and --json OUT/<variant>.json,

@@ -13,10 +13,20 @@
 
 #include "attention_device.cuh"
 #include "minimakv/codec/page_format.h"
+#include "tq3_registers.cuh"
+
+// Where TQ3 fragments get their levels: bit 0 set, QK's from register byte tables (tq3_registers.cuh),
+// else from the shared level-pair table; bit 1 likewise for PV. The kernel lab builds the other choices.
+#ifndef MINIMAKV_DECODE_TQ3_PRMT
+#define MINIMAKV_DECODE_TQ3_PRMT 0
+#endif
 
 namespace minimakv::cuda::decode_detail {
 
 using namespace detail;
+
+inline constexpr bool kTq3QkInRegisters = (MINIMAKV_DECODE_TQ3_PRMT & 1) != 0;
+inline constexpr bool kTq3PvInRegisters = (MINIMAKV_DECODE_TQ3_PRMT & 2) != 0;
 
 // Terms of the query in QK: the logits keep about fp32 accuracy (BF16 needs a third term for that).
 template <codec::PageFormat F>
@@ -92,11 +102,25 @@ __device__ inline void split_terms(float x0, float x1, uint32_t (&r)[N]) {
 }
 
 // The QK fragments (A operand) of k-steps [4 c, 4 c + 4) for lane (g, t): rows r0 (token g of the
-// block) and r1 (token g + 8). pairs: the shared address of the TQ3 (64) or TQ4 (256) level-pair table.
+// block) and r1 (token g + 8). pairs: the shared address of the TQ3 (64) or TQ4 (256) level-pair table;
+// tb: TQ3's register tables.
 template <codec::PageFormat F, int D>
 __device__ inline void qk_chunk(const uint8_t* r0, const uint8_t* r1, int c, int t, uint32_t pairs,
-                                uint32_t (&a)[4][4]) {
-  if constexpr (F == codec::PageFormat::kTq3) {
+                                const Tq3LevelBytes& tb, uint32_t (&a)[4][4]) {
+  if constexpr (F == codec::PageFormat::kTq3 && kTq3QkInRegisters) {
+    // Codes 8 h .. 8 h + 7 of a row are k-steps 2 h (codes 8 h .. + 3) and 2 h + 1: their nibbles 0-3
+    // are registers 0 (row r0) or 1 (r1) and 2 or 3 of the first step, nibbles 4-7 of the second.
+    const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t x0 = tq3x8_nibbles(static_cast<uint32_t>(v0 >> (24 * h)));
+      const uint32_t x1 = tq3x8_nibbles(static_cast<uint32_t>(v1 >> (24 * h)));
+      tq3_levels4(x0, tb, a[2 * h][0], a[2 * h][2]);
+      tq3_levels4(x1, tb, a[2 * h][1], a[2 * h][3]);
+      tq3_levels4(x0 >> 16, tb, a[2 * h + 1][0], a[2 * h + 1][2]);
+      tq3_levels4(x1 >> 16, tb, a[2 * h + 1][1], a[2 * h + 1][3]);
+    }
+  } else if constexpr (F == codec::PageFormat::kTq3) {
     const uint64_t v0 = tq3_codes16(r0, c, t), v1 = tq3_codes16(r1, c, t);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // codes 4 kk, 4 kk + 1 (bits 12 kk ..) and 4 kk + 2, 4 kk + 3
@@ -162,7 +186,8 @@ struct PvGroup {
                                                                           : 16;
   static constexpr int kBlocks = kDims / 4;     // blocks k of one run
   static constexpr int kLoads = D / 8 / kDims;  // runs per lane
-  // Registers of one run; TQ3 keeps a 64-bit window, its codes from bit 0.
+  // Registers of one run; TQ3 keeps a 64-bit window, its codes from bit 0 (with PV's levels in
+  // registers: the run's codes 0-7 and 8-15 spread to nibbles, tq3x8_nibbles).
   static constexpr int kWords = F == codec::PageFormat::kTq3 ? 2 : kDims * kBits / 32;
 };
 
@@ -186,8 +211,13 @@ __device__ inline void pv_load(const uint8_t* row, int g, int q, bool valid, uin
     const int bit = 3 * dim0, wi = bit >> 5;  // bit % 32 is 0, 8, 16 or 24: 48 (or 24) bits fit in two words
     const uint32_t hi = wi + 1 < kRowWords ? rw[wi + 1] : 0u;
     const uint64_t v = ((static_cast<uint64_t>(hi) << 32) | rw[wi]) >> (bit & 31);
-    w[0] = static_cast<uint32_t>(v);
-    w[1] = static_cast<uint32_t>(v >> 32);
+    if constexpr (kTq3PvInRegisters) {
+      w[0] = tq3x8_nibbles(static_cast<uint32_t>(v));
+      w[1] = tq3x8_nibbles(static_cast<uint32_t>(v >> 24));
+    } else {
+      w[0] = static_cast<uint32_t>(v);
+      w[1] = static_cast<uint32_t>(v >> 32);
+    }
   } else {
     const uint8_t* src = row + dim0 * PG::kBits / 8;
     const bool read = valid || kRotatedFormat<F>;
@@ -216,8 +246,25 @@ __device__ inline void pv_load(const uint8_t* row, int g, int q, bool valid, uin
 // 2 t, 2 t + 1 and (2, 3) for 2 t + 8, 2 t + 9, the order P's fragments use (decode_split.cuh).
 template <codec::PageFormat F, int D>
 __device__ inline void pv_block(const uint32_t (&w)[4][PvGroup<F, D>::kWords], int kk, uint32_t pairs,
-                                uint32_t (&a0)[4], uint32_t (&a1)[4]) {
-  if constexpr (kRotatedFormat<F>) {
+                                const Tq3LevelBytes& tb, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  if constexpr (F == codec::PageFormat::kTq3 && kTq3PvInRegisters) {
+    // w[j][kk / 2]: the nibbles of token row j, block kk's codes e = 0..3 at nibbles 4 (kk % 2) + e. A
+    // selector interleaves two rows' nibbles (ja in even nibbles, jb in odd): the even-code one gives
+    // dims 0 and 2 of the block, the odd-code one dims 1 and 3, each pair {token ja, token jb}.
+    const int s = 16 * (kk & 1);
+    auto selectors = [&](int ja, int jb, uint32_t& even, uint32_t& odd) {
+      const uint32_t na = w[ja][kk >> 1], nb = w[jb][kk >> 1];
+      even = ((na & 0x0f0f0f0fu) | ((nb << 4) & 0xf0f0f0f0u)) >> s;
+      odd = (((na >> 4) & 0x0f0f0f0fu) | (nb & 0xf0f0f0f0u)) >> s;
+    };
+    uint32_t e01, o01, e23, o23;
+    selectors(0, 1, e01, o01);
+    selectors(2, 3, e23, o23);
+    tq3_levels4(e01, tb, a0[0], a1[0]);
+    tq3_levels4(o01, tb, a0[1], a1[1]);
+    tq3_levels4(e23, tb, a0[2], a1[2]);
+    tq3_levels4(o23, tb, a0[3], a1[3]);
+  } else if constexpr (kRotatedFormat<F>) {
     // c[j]: the codes of dims 4 kk .. 4 kk + 3 of token row j, from bit 0.
     constexpr int B = PvGroup<F, D>::kBits;
     uint32_t c[4];

@@ -241,7 +241,9 @@ struct TileGeom {
 // address aligned to its size: a lookup's address is then its scaled index or-ed with the base
 // (level_pair_at), with no multiply-add.
 template <codec::PageFormat F>
-inline constexpr int kLevelPairs = F == codec::PageFormat::kTq3 ? 64 : F == codec::PageFormat::kTq4 ? 256 : 1;
+inline constexpr int kLevelPairs = F == codec::PageFormat::kTq3 ? (kTq3QkInRegisters && kTq3PvInRegisters ? 1 : 64)
+                                   : F == codec::PageFormat::kTq4 ? 256
+                                                                  : 1;
 // Bytes of one table; attend_split reserves twice as many to align it.
 template <codec::PageFormat F>
 inline constexpr uint32_t kLevelTableBytes = sizeof(uint32_t) * kLevelPairs<F>;
@@ -327,12 +329,13 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
   __shared__ uint32_t pair_space[2 * kLevelPairs<F>];
   const uint32_t pairs = (static_cast<uint32_t>(__cvta_generic_to_shared(pair_space)) + kLevelTableBytes<F> - 1) &
                          ~(kLevelTableBytes<F> - 1);
+  const Tq3LevelBytes tb;  // TQ3 levels for the fragments built in registers (kTq3QkInRegisters, ...)
   const PlanSplit sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[split];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   uint8_t* ring = smem + SM::kRing + static_cast<size_t>(warp) * TG::kWarpBytes;
   // pairs[a | b << 3] = {level a, level b} as fp16x2: two TQ3 codes to one fragment register.
-  if (F == codec::PageFormat::kTq3 && threadIdx.x < 64)
+  if (F == codec::PageFormat::kTq3 && kLevelPairs<F> == 64 && threadIdx.x < 64)
     store_shared_u32(pairs + 4 * threadIdx.x, pack_half2(codec::tq3_level(static_cast<int>(threadIdx.x & 7)),
                                                          codec::tq3_level(static_cast<int>(threadIdx.x >> 3))));
   // pairs[a | b << 4] = {level a, level b}: a TQ4 byte (low nibble first) to one fragment register.
@@ -408,7 +411,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
 #pragma unroll
       for (int mb = 0; mb < KB; ++mb) {
         const uint8_t* r0 = st_k + (16 * mb + g) * TG::kKStride;
-        qk_chunk<F, D>(r0, r0 + 8 * TG::kKStride, c, t, pairs, a[mb]);
+        qk_chunk<F, D>(r0, r0 + 8 * TG::kKStride, c, t, pairs, tb, a[mb]);
       }
       float part[KB][4] = {};
 #pragma unroll
@@ -512,7 +515,7 @@ __device__ __forceinline__ void attend_split(const StepParams& p, int split, uin
         for (int kt = 0; kt < KB; ++kt) {
           if (kt >= steps) break;
           uint32_t a0[4], a1[4];
-          pv_block<F, D>(w[kt], kk, pairs, a0, a1);
+          pv_block<F, D>(w[kt], kk, pairs, tb, a0, a1);
           mma_tile<F>(tmp[0], a0, b_hi[kt][0], b_hi[kt][1]);
           mma_tile<F>(tmp[0], a0, b_lo[kt][0], b_lo[kt][1]);
           mma_tile<F>(tmp[1], a1, b_hi[kt][0], b_hi[kt][1]);

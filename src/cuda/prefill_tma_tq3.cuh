@@ -29,51 +29,9 @@
 
 #include "minimakv/codec/tq3.h"
 #include "prefill_tma_tile.cuh"
+#include "tq3_registers.cuh"
 
 namespace minimakv::cuda::detail {
-
-// The eight TQ3 levels in fp16 as prmt byte tables: lo[0] holds the low bytes of levels 0-3, lo[1] those
-// of levels 4-7, hi the high bytes likewise.
-struct Tq3LevelBytes {
-  uint32_t lo[2] = {0, 0}, hi[2] = {0, 0};
-  __device__ Tq3LevelBytes() {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t h = __half_as_ushort(__float2half_rn(codec::tq3_level(i)));
-      lo[i / 4] |= (h & 0xffu) << (8 * (i % 4));
-      hi[i / 4] |= (h >> 8) << (8 * (i % 4));
-    }
-  }
-};
-
-// prmt.b32 in its default mode: byte n of the result is byte (sel >> 4n) & 7 of {b, a} for the low four
-// nibbles of sel, whose top bits must be clear (a set top bit replicates the byte's sign instead).
-// (__byte_perm masks the selector with 0x7777 first: one more instruction per call.)
-__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-// One packed group of eight codes (code j in bits 3j..3j+2; higher bits ignored) as eight fp16 levels,
-// one 16-byte chunk: three steps move code j to nibble j (top bits clear), each nibble selects its
-// level's low and high byte, and two more prmts interleave the bytes. A step that moves the fields of
-// mask m up by k bits adds (2^k - 1) (x & m) to x, which is exact while the fields land on zero bits: one
-// and, one multiply-add.
-__device__ inline uint4 tq3x8_to_half(uint32_t g, const Tq3LevelBytes& tb) {
-  uint32_t x = (g & 0xfffu) | ((g << 4) & 0xfff0000u);  // codes 4-7 to the upper half
-  x += 3u * (x & 0x0fc00fc0u);                          // codes 2, 3 (6, 7) up 2 bits: the half's upper byte
-  x += x & 0x38383838u;                                 // odd codes up 1 bit: the byte's upper nibble
-  uint32_t h[4];
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const uint32_t sel = q ? x >> 16 : x;
-    const uint32_t lo = prmt(tb.lo[0], tb.lo[1], sel), hi = prmt(tb.hi[0], tb.hi[1], sel);
-    h[2 * q] = prmt(lo, hi, 0x5140);
-    h[2 * q + 1] = prmt(lo, hi, 0x7362);
-  }
-  return make_uint4(h[0], h[1], h[2], h[3]);
-}
 
 // A thread's 128 codes (48 bytes at raw) into chunks c0.. of row j of fp16 buffer X, times a2 when Scaled.
 template <class T, bool Scaled>
