@@ -99,22 +99,11 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
 #ifndef MINIMAKV_PREFILL_TQ3_PRODUCER_REGS
 #define MINIMAKV_PREFILL_TQ3_PRODUCER_REGS 104
 #endif
-// Key split (TmaTile's KS = 2: two consumer warpgroups on the 64 query rows of a head_dim-256 tile, one
-// the even key tiles, one the odd): bit f of MINIMAKV_PREFILL_KEY_SPLIT turns it on for format index f,
-// without page scores (kernel lab).
-#ifndef MINIMAKV_PREFILL_KEY_SPLIT
-#define MINIMAKV_PREFILL_KEY_SPLIT 0
-#endif
 template <codec::PageFormat F, int D, int QT>
-inline constexpr int kTmaKeySplit =
-    D > 128 && QT == 1 && (MINIMAKV_PREFILL_KEY_SPLIT >> codec::format_index(F) & 1) ? 2 : 1;
-
-template <codec::PageFormat F, int D, int QT>
-__global__ void __launch_bounds__(TmaTile<D, QT, kTmaKeySplit<F, D, QT>>::kThreads, 1)
+__global__ void __launch_bounds__(TmaTile<D, QT>::kThreads, 1)
     prefill_tma_kernel(const __grid_constant__ PrefillTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int KS = kTmaKeySplit<F, D, QT>;
-  using T = TmaTile<D, QT, KS>;
+  using T = TmaTile<D, QT>;
   // The producer's registers: BF16's only issues copies, FP8's and TQ3's widen codes.
   constexpr int kProducerRegs = F == codec::PageFormat::kBf16  ? 40
                                 : F == codec::PageFormat::kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS
@@ -132,16 +121,16 @@ __global__ void __launch_bounds__(TmaTile<D, QT, kTmaKeySplit<F, D, QT>>::kThrea
   init_tma_barriers<T>(smem_u32(smem), full_arrivals<T>(F != codec::PageFormat::kBf16));
   const PrefillWork c = load_work(p, w, h, T::kKeys);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
-    if constexpr (T::kConsumerWarps == 8) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (T::kGroups == 2) setmaxnreg_dec<kProducerRegs>();
     if constexpr (F == codec::PageFormat::kFp8)
-      prefill_produce_fp8<D, QT, KS>(tp, c, smem);
+      prefill_produce_fp8<D, QT>(tp, c, smem);
     else if constexpr (F == codec::PageFormat::kTq3)
-      prefill_produce_tq3<D, QT, KS>(tp, c, smem);
+      prefill_produce_tq3<D, QT>(tp, c, smem);
     else
-      prefill_produce_bf16<D, QT, KS>(tp, c, smem);
+      prefill_produce_bf16<D, QT>(tp, c, smem);
   } else {
-    if constexpr (T::kConsumerWarps == 8) setmaxnreg_inc<(504 - kProducerRegs) / 2>();
-    prefill_consume_tma<F, D, QT, KS>(p, c, smem);
+    if constexpr (T::kGroups == 2) setmaxnreg_inc<(504 - kProducerRegs) / 2>();
+    prefill_consume_tma<F, D, QT>(p, c, smem);
   }
 #else
   (void)tp;
@@ -201,8 +190,7 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
 
 template <codec::PageFormat F, int D, int QT>
 void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
-  using T = TmaTile<D, QT, kTmaKeySplit<F, D, QT>>;
-  constexpr size_t bytes = T::kBytes;
+  constexpr size_t bytes = TmaTile<D, QT>::kBytes;
   static const bool configured = [] {
     check(cudaFuncSetAttribute(prefill_tma_kernel<F, D, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
@@ -210,7 +198,7 @@ void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
     return true;
   }();
   (void)configured;
-  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, T::kThreads, bytes, st>>>(tp);
+  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, TmaTile<D, QT>::kThreads, bytes, st>>>(tp);
 }
 
 // The copy-engine kernels of the formats in tp.p.formats.

@@ -1,8 +1,5 @@
 // The consumers of the copy-engine prefill CTA (prefill_tma_tile.cuh has its layout, producers and
-// hand-off): one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256; with a key split
-// (KS = 2, head_dim 256) two warpgroups share the 64 rows, one taking the even key tiles and one the
-// odd ones (each its own softmax state, merged at the end), so one's softmax runs under the other's
-// products as the two row groups' do at head_dim 128.
+// hand-off): one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
 //
 // Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 wgmmas (bf16 for
 // BF16 pages, fp16 for FP8 and TQ3 pages, whose codes and levels are exact in fp16; TQ3 against the
@@ -29,56 +26,17 @@
 
 namespace minimakv::cuda::detail {
 
-// Key split (KS = 2): the second warpgroup's softmax state and output added into the first's, each
-// rescaled to the larger running max, through the K/V stages (every tile was read: the consumers' barrier
-// orders the last products before the writes). Thread i of one warpgroup holds the same rows and columns
-// as thread i of the other, so the merge is per thread and value; lsum stays a per-thread partial, as
-// write_partials expects.
-template <class T, int DT>
-__device__ inline void merge_key_halves(uint8_t* smem, int half, float (&o)[1][DT][4], float (&m)[1][2],
-                                        float (&lsum)[1][2]) {
-  float* x = reinterpret_cast<float*>(smem + T::kKv) + (threadIdx.x & 127);
-  named_sync(T::kConsumersBar, T::kConsumers);
-  if (half == 1) {
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[128 * (4 * dt + e)] = o[0][dt][e];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      x[128 * (4 * DT + i)] = m[0][i];
-      x[128 * (4 * DT + 2 + i)] = lsum[0][i];
-    }
-  }
-  named_sync(T::kConsumersBar, T::kConsumers);
-  if (half != 0) return;
-  float a0[2], a1[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float m1 = x[128 * (4 * DT + i)], mn = fmaxf(m[0][i], m1), mref = mn == -INFINITY ? 0.0f : mn;
-    a0[i] = fast_exp2(m[0][i] - mref);
-    a1[i] = fast_exp2(m1 - mref);
-    m[0][i] = mn;
-    lsum[0][i] = lsum[0][i] * a0[i] + x[128 * (4 * DT + 2 + i)] * a1[i];
-  }
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[0][dt][e] = o[0][dt][e] * a0[e / 2] + x[128 * (4 * dt + e)] * a1[e / 2];
-}
-
-template <codec::PageFormat F, int D, int QT, int KS>
+template <codec::PageFormat F, int D, int QT>
 __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   static_assert(F == codec::PageFormat::kBf16 || F == codec::PageFormat::kFp8 || F == codec::PageFormat::kTq3);
-  using T = TmaTile<D, QT, KS>;
+  using T = TmaTile<D, QT>;
   using E = std::conditional_t<F == codec::PageFormat::kBf16, __nv_bfloat16, __half>;
   constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
-  const int rg = wg / KS, half = wg % KS;  // row group; the key tiles half, half + KS, ... of the split
   stage_query_tma<T, E, D, QT>(p, c, kRotatedFormat<F> ? p.q_rot : p.q, smem);
-  const ConsumerRows<1> rows(p, c, 64 * rg + 16 * (warp % 4), lane);
+  const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
   const int q_min = c.sq.first + c.wk.tile_token;
-  const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + rg * 64 * 128;
+  const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;
 
   float m[1][2] = {{-INFINITY, -INFINITY}}, lsum[1][2] = {{0.0f, 0.0f}}, o[1][DT][4];
 #pragma unroll
@@ -152,55 +110,46 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
   };
 #endif
 
-  // This warpgroup's tiles: t = half + KS u for u < n (the loops below step t by KS).
-  const int n = c.wk.key_tiles, t0 = half;
-  if (t0 < n) {
-    wgmma_fence();
-    issue_qk(t0);
-    wgmma_wait<0>();
-    softmax(t0);
-    release(T::empty_k(t0 % S));
+  const int n = c.wk.key_tiles;
+  wgmma_fence();
+  issue_qk(0);
+  wgmma_wait<0>();
+  softmax(0);
+  release(T::empty_k(0));
 #if MINIMAKV_PREFILL_TMA_OVERLAP
-    for (int t = t0 + KS; t < n; t += KS) {
-      pack_p();
-      wgmma_fence();  // S was read, pa written
-      issue_qk(t);
-      rescale_o();    // while QK^T(t) runs
-      wgmma_fence();  // O was written
-      issue_pv(t - KS);
-      wgmma_wait<1>();  // QK^T(t), committed first, has retired; PV(t - KS) may still run
-      softmax(t);
-      release(T::empty_k(t % S));
-      wgmma_wait<0>();
-      release(T::empty_v((t - KS) % S));
-    }
+  for (int t = 1; t < n; ++t) {
     pack_p();
-    rescale_o();
-#else
-    pack_p();
-    for (int t = t0 + KS; t < n; t += KS) {
-      wgmma_fence();  // pa and O were written by the softmax
-      issue_pv(t - KS);
-      issue_qk(t);
-      wgmma_wait<0>();
-      release(T::empty_v((t - KS) % S));
-      softmax(t);
-      release(T::empty_k(t % S));
-      pack_p();
-    }
-#endif
-    // The last tile of this warpgroup: the largest t0 + KS u below n.
-    const int last = t0 + (n - 1 - t0) / KS * KS;
-    wgmma_fence();
-    issue_pv(last);
+    wgmma_fence();  // S was read, pa written
+    issue_qk(t);
+    rescale_o();    // while QK^T(t) runs
+    wgmma_fence();  // O was written
+    issue_pv(t - 1);
+    wgmma_wait<1>();  // QK^T(t), committed first, has retired; PV(t - 1) may still run
+    softmax(t);
+    release(T::empty_k(t % S));
     wgmma_wait<0>();
-    release(T::empty_v(last % S));
+    release(T::empty_v((t - 1) % S));
   }
+  pack_p();
+  rescale_o();
+#else
+  pack_p();
+  for (int t = 1; t < n; ++t) {
+    wgmma_fence();  // pa and O were written by the softmax
+    issue_pv(t - 1);
+    issue_qk(t);
+    wgmma_wait<0>();
+    release(T::empty_v((t - 1) % S));
+    softmax(t);
+    release(T::empty_k(t % S));
+    pack_p();
+  }
+#endif
+  wgmma_fence();
+  issue_pv(n - 1);
+  wgmma_wait<0>();
+  release(T::empty_v((n - 1) % S));
   if constexpr (QT == 2) pages.finish(p, c, rows);
-  if constexpr (KS == 2) {
-    merge_key_halves<T, DT>(smem, half, o, m, lsum);
-    if (half != 0) return;
-  }
   write_partials(p, c, rows, o, m, lsum);
 }
 

@@ -61,9 +61,9 @@ __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
   }
 }
 
-template <int D, int QT, int KS>
+template <int D, int QT>
 __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT, KS>;
+  using T = TmaTile<D, QT>;
   using R = Fp8Raw<D>;
   constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / R::kRowBytes;
   static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");

@@ -52,17 +52,12 @@ struct PrefillTmaParams {
   int tma, tma8, tma3;           // 0: the pool's layout does not suit a tensor map, every tile by cp.async
 };
 
-// KS: consumer warpgroups per 64 query rows, each attending every KS-th key tile of the split and
-// merged at the end (key split; only with one row group, prefill_consume_tma).
-template <int D, int QT, int KS = 1>
+template <int D, int QT>
 struct TmaTile {
   static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
   static constexpr int kKeys = prefill_tma_key_tile(D);
   static constexpr int kGroups = kRows / 64;
-  static constexpr int kKeySplit = KS;
-  static_assert(KS == 1 || (KS == 2 && kGroups == 1 && QT == 1), "key split: one row group, no page scores");
-  static constexpr int kReleaseWarps = 4 * kGroups;  // consumer warps that read (and release) one tile
-  static constexpr int kConsumerWarps = kReleaseWarps * KS;
+  static constexpr int kConsumerWarps = 4 * kGroups;
   static constexpr int kConsumers = 32 * kConsumerWarps;
   static constexpr int kThreads = kConsumers + 128;  // + one producer warpgroup
   static constexpr int kBlocks = D / 64;              // 64-column blocks of a row
@@ -81,10 +76,6 @@ struct TmaTile {
   static constexpr uint32_t kBars = kRaw + kStages * 2 * kRawHalf;
   static constexpr size_t kBytes = kBars + kStages * 48 + 1024;  // + slack to align the base to 1024
   static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
-  // Key split: the second half's softmax state and output (fp32, one slot per thread and value) go
-  // through the K/V stages once every tile was read.
-  static constexpr uint32_t kMergeFloats = D / 8 * 4 + 4;  // o, m[2], lsum[2] of one consumer thread
-  static_assert(KS == 1 || 128 * kMergeFloats * 4 <= kStages * 2 * kHalfTile);
   static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
 
   // Byte offset of 16-byte chunk c (elements 8c..8c+7) of row r in an operand of `rows` rows.
@@ -141,8 +132,8 @@ __device__ void init_tma_barriers(uint32_t sbase, int full_count) {
     for (int b = 0; b < T::kStages; ++b) {
       mbarrier_init(sbase + T::full_k(b), full_count);
       mbarrier_init(sbase + T::full_v(b), full_count);
-      mbarrier_init(sbase + T::empty_k(b), T::kReleaseWarps);
-      mbarrier_init(sbase + T::empty_v(b), T::kReleaseWarps);
+      mbarrier_init(sbase + T::empty_k(b), T::kConsumerWarps);
+      mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::raw_k(b), 1);
       mbarrier_init(sbase + T::raw_v(b), 1);
     }
@@ -260,9 +251,9 @@ __device__ void write_tma_meta(uint8_t* smem, int b, int pt, const KeySlot& k, f
 // Every thread follows one key of each tile (key pt mod kKeys) to write the tile's positions and, for a
 // tile the copy engine cannot fill, to copy that key's K and V rows (at head_dim 256 the first half of
 // the threads copy K rows and the second half V rows). The first thread issues the tensor copies.
-template <int D, int QT, int KS>
+template <int D, int QT>
 __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT, KS>;
+  using T = TmaTile<D, QT>;
   constexpr int S = T::kStages, K = T::kKeys;
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K;

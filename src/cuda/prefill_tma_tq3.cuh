@@ -62,9 +62,9 @@ __device__ inline void widen_tq3_row(const uint8_t* raw, uint8_t* X, int j, int 
   }
 }
 
-template <int D, int QT, int KS>
+template <int D, int QT>
 __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT, KS>;
+  using T = TmaTile<D, QT>;
   constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / 128;
   constexpr uint32_t kBoxRow = 48;  // bytes of 128 codes
   static_assert(D % 128 == 0 && kBoxes * K == 128, "one row (head_dim 256: half row) per producer thread");
