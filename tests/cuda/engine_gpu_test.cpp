@@ -57,8 +57,9 @@ using testing::needle_prompt;
 // whose two fp32 values straddle a rounding boundary quantizes one FP8 step apart (a 6-12% change of
 // that element), and the flips grow with the depth at which the fp32 differences have accumulated. The
 // bound there is relative to the codec's own error: per chunk, the backends must differ by less than
-// half of what FP8 itself changes against the bf16 control (measured on an H200: 0.31 for fp8, 0.38 for
-// minima on random tokens). A wrong page, position or format reaches or exceeds the codec error.
+// three quarters of what FP8 itself changes against the bf16 control. Measured worst ratios over seven
+// seeds on an H100: fp8 0.36-0.42, minima 0.41-0.56 (0.31 and 0.38 on an H200 earlier); half, the former
+// bound, failed one draw in seven. A wrong page, position or format reaches or exceeds the codec error.
 TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
   MINIMAKV_SEED_TRACE();
   auto rng = testing::rng_for_test();
@@ -103,7 +104,7 @@ TEST(CudaEngine, ChunkedPrefillMatchesTheCpuEngineInEveryMode) {
     if (mode == cache::KvMode::kBf16) {
       EXPECT_LT(worst, 5e-3);  // BF16 rounding flips too (measured up to 1.2e-3)
     } else {
-      EXPECT_LT(worst_ratio, 0.5) << cache::to_string(mode) << " (largest rel. L2 " << worst << ")";
+      EXPECT_LT(worst_ratio, 0.75) << cache::to_string(mode) << " (largest rel. L2 " << worst << ")";
     }
     EXPECT_LT(worst_score, 1e-3) << cache::to_string(mode);
     const auto x = cs->accounting(), y = gs->accounting();
