@@ -3,8 +3,10 @@
 //
 // Owns: the eight levels as byte tables for a byte permute (prmt), the spread of packed 3-bit codes to
 // one nibble each, and the permutes that turn nibble selectors into fp16 pairs. No shared memory: a
-// thread holds the four table words in registers, so a pair of codes costs a few integer operations and
-// no load (a shared-memory table costs one load per pair and its latency).
+// thread holds the four table words in registers, so a pair of codes costs a few dependent integer
+// operations and no load. The prefill producer widens whole rows this way; the decoding CTA keeps its
+// shared-memory pair table by default, which measured 0-7% faster there (MINIMAKV_DECODE_TQ3_PRMT,
+// docs/benchmarks.md).
 // Invariants: every selector nibble holds a code 0-7 with its top bit clear (prmt's default mode reads a
 // set top bit as "replicate the sign"); the levels are codec::tq3_level rounded to fp16, exactly what a
 // shared-memory table of pack_half2 pairs would hold.
