@@ -9,10 +9,9 @@
 lab_build() {
   local src=$1 target=$2 source=$3 bench=$4 dir=$5
   shift 5
-  local flags defs link obj abs root=${LAB_SRCROOT:-.}
+  local flags defs obj abs root=${LAB_SRCROOT:-.}
   flags=$(sed -n 's/^CUDA_FLAGS = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
   defs=$(sed -n 's/^CUDA_DEFINES = //p' "$src/src/CMakeFiles/$target.dir/flags.make")
-  link=$(cat "$src/bench/CMakeFiles/$bench.dir/link.txt")
   obj=$(basename "$source").o
   mkdir -p "$dir"
   # shellcheck disable=SC2086
@@ -20,14 +19,18 @@ lab_build() {
   cp "$src/src/libminimakv_cuda.a" "$dir/"
   ar r "$dir/libminimakv_cuda.a" "$dir/$obj"
   abs=$(realpath "$dir")
-  (cd "$src/bench" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/$bench.tmp" &&
-    mv "$abs/$bench.tmp" "$abs/$bench")
+  lab_relink "$src" bench "$bench" "$abs"
   # LAB_TESTS=1: the GPU test binary relinked against the same library, so one run validates the variant.
-  if [[ ${LAB_TESTS:-0} == 1 ]]; then
-    link=$(cat "$src/tests/CMakeFiles/cuda_tests.dir/link.txt")
-    (cd "$src/tests" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/cuda_tests.tmp" &&
-      mv "$abs/cuda_tests.tmp" "$abs/cuda_tests")
-  fi
+  [[ ${LAB_TESTS:-0} != 1 ]] || lab_relink "$src" tests cuda_tests "$abs"
+}
+
+# lab_relink SRC SUBDIR EXE ABSDIR: SRC's SUBDIR/EXE linked again with ABSDIR's libminimakv_cuda.a in
+# place of SRC's, into ABSDIR/EXE.
+lab_relink() {
+  local src=$1 sub=$2 exe=$3 abs=$4 link
+  link=$(cat "$src/$sub/CMakeFiles/$exe.dir/link.txt")
+  (cd "$src/$sub" && eval "${link//..\/src\/libminimakv_cuda.a/$abs/libminimakv_cuda.a} -o $abs/$exe.tmp" &&
+    mv "$abs/$exe.tmp" "$abs/$exe")
 }
 
 # lab_run BENCH LAB OUT [bench args...]: runs LAB/*/BENCH with the arguments and --json OUT/<variant>.json,
