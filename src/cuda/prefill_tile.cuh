@@ -293,8 +293,10 @@ struct ConsumerRows {
 template <codec::PageFormat F, bool Masked, int MI, int NT, int DT>
 __device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
                                     float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
-                                    const int* kpos, const float* kscale, float (*deferred)[2]) {
+                                    const int* kpos, const float* kscale, float (*deferred)[2],
+                                    const float (*qinv)[2]) {
   // Scales and mask first: a column pair's scale and position are one 8-byte load each (j is even).
+  // qinv (E4M3 queries): each row's power-of-two unscaling, folded exactly into the key scales.
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int j = nt * 8 + 2 * rows.t4;
@@ -304,8 +306,9 @@ __device__ inline void softmax_tile(float (&s)[MI][NT][4], float (&o)[MI][DT][4]
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          s[mi][nt][2 * i] = __fmul_rn(s[mi][nt][2 * i], sc.x);
-          s[mi][nt][2 * i + 1] = __fmul_rn(s[mi][nt][2 * i + 1], sc.y);
+          const float sx = qinv ? __fmul_rn(sc.x, qinv[mi][i]) : sc.x, sy = qinv ? __fmul_rn(sc.y, qinv[mi][i]) : sc.y;
+          s[mi][nt][2 * i] = __fmul_rn(s[mi][nt][2 * i], sx);
+          s[mi][nt][2 * i + 1] = __fmul_rn(s[mi][nt][2 * i + 1], sy);
         }
     }
     if constexpr (Masked) {
@@ -359,11 +362,11 @@ template <codec::PageFormat F, int MI, int NT, int DT>
 __device__ inline void softmax_step(float (&s)[MI][NT][4], float (&o)[MI][DT][4], float (&m)[MI][2],
                                     float (&lsum)[MI][2], float (&mref)[MI][2], const ConsumerRows<MI>& rows,
                                     const int* kpos, const float* kscale, bool masked,
-                                    float (*deferred)[2] = nullptr) {
+                                    float (*deferred)[2] = nullptr, const float (*qinv)[2] = nullptr) {
   if (masked)
-    softmax_tile<F, true>(s, o, m, lsum, mref, rows, kpos, kscale, deferred);
+    softmax_tile<F, true>(s, o, m, lsum, mref, rows, kpos, kscale, deferred, qinv);
   else
-    softmax_tile<F, false>(s, o, m, lsum, mref, rows, kpos, kscale, deferred);
+    softmax_tile<F, false>(s, o, m, lsum, mref, rows, kpos, kscale, deferred, qinv);
 }
 
 // Per-page partials (m_p, l_p) of a thread's rows, for the page scores: each tile adds every page's

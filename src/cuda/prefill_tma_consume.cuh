@@ -13,7 +13,9 @@
 // orders through the GPU tests (docs/benchmarks.md).
 // Precision: Q (one term, or hi + lo when page scores are wanted), K, V and the probabilities are bf16
 // (BF16 pages, as FlashAttention computes a BF16 model) or fp16 (FP8 and TQ3 pages, as the decoding CTA) on the
-// tensor cores with fp32 accumulation; logits, the softmax state and O stay fp32.
+// tensor cores with fp32 accumulation; logits, the softmax state and O stay fp32. Where kFp8QkWgmma
+// holds, QK^T over FP8 pages is E4M3 x E4M3 instead: the page's codes as stored, against kFp8QTerms E4M3
+// terms of the row-scaled query (stage_query_fp8), the row's scaling undone with the key scales.
 // Invariant: compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
 
@@ -33,8 +35,18 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
   using E = std::conditional_t<F == codec::PageFormat::kBf16, __nv_bfloat16, __half>;
   constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
-  stage_query_tma<T, E, D, QT>(p, c, kRotatedFormat<F> ? p.q_rot : p.q, smem);
+  constexpr bool kE4m3 = kFp8QkWgmma<F, D>;
+  if constexpr (kE4m3)
+    stage_query_fp8<T, D>(p, c, smem);
+  else
+    stage_query_tma<T, E, D, QT>(p, c, kRotatedFormat<F> ? p.q_rot : p.q, smem);
   const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
+  float qinv[1][2] = {{1.0f, 1.0f}};  // E4M3 queries: 1 / each row's scaling
+  if constexpr (kE4m3) {
+    const float* inv = reinterpret_cast<const float*>(smem + T::kQScale);
+    qinv[0][0] = inv[rows.row(0, 0)];
+    qinv[0][1] = inv[rows.row(0, 1)];
+  }
   const int q_min = c.sq.first + c.wk.tile_token;
   const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;
 
@@ -51,6 +63,19 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
   auto issue_qk = [&](int t) {
     const int b = t % S;
     mbarrier_wait(sbase + T::full_k(b), (t / S) & 1);
+    if constexpr (kE4m3) {
+      // The raw codes (upper half of the K buffer: boxes of 128 codes, K-major, 128-byte swizzle); a
+      // k32 step is 32 bytes, four to a 128-byte block of the query's and the codes' rows.
+      const uint32_t kb = sbase + T::k_tile(b) + T::kHalfTile / 2;
+#pragma unroll
+      for (int qt = 0; qt < T::kFp8QTerms; ++qt)
+#pragma unroll
+        for (int kk = 0; kk < D / 32; ++kk)
+          wgmma_ss_e4m3<K>(s_acc, gmma_desc_sw128(q_base + qt * T::kQTerm8 + (kk / 4) * T::kQBlock + (kk % 4) * 32, 16, 1024),
+                           gmma_desc_sw128(kb + (kk / 4) * K * 128 + (kk % 4) * 32, 16, 1024), qt | kk);
+      wgmma_commit();
+      return;
+    }
     const uint32_t kb = sbase + T::k_tile(b);
 #pragma unroll
     for (int qt = 0; qt < QT; ++qt)
@@ -84,7 +109,7 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     const bool masked = max(max(mx.x, mx.y), max(mx.z, mx.w)) > q_min;
     float mref[1][2];
     softmax_step<F>(s, o, m, lsum, mref, rows, kpos, reinterpret_cast<const float*>(kpos + T::kScale), masked,
-                    deferred);
+                    deferred, kE4m3 ? qinv : nullptr);
     if constexpr (QT == 2) pages.add(p, c, rows, s, mref, kpos + T::kEnt, K);
   };
   // P of the last softmax as E A fragments (before the next QK^T overwrites S).

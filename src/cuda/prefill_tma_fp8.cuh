@@ -17,7 +17,9 @@
 // covers other threads' raw rows, so every thread reads its whole raw row, the producers meet at a
 // barrier, then all write.
 // Pipeline per tile t: widen and publish K(t), copy V(t)'s codes once its stage is released, then K(t +
-// 1)'s once its stage is, then widen and publish V(t): both copies are in flight together.
+// 1)'s once its stage is, then widen and publish V(t): both copies are in flight together. Where the
+// consumers multiply K's codes as E4M3 (kFp8QkWgmma), K is never widened: its copy lands straight on
+// FULL_K, and the producer only widens V.
 // Invariant: the raw barriers of a stage complete once per tile the copy engine filled; each thread
 // tracks their phases in a bit mask (a tile filled by cp.async does not touch them).
 #pragma once
@@ -66,7 +68,9 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   using T = TmaTile<D, QT>;
   using R = Fp8Raw<D>;
   constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / R::kRowBytes;
+  constexpr bool kDirectK = kFp8QkWgmma<codec::PageFormat::kFp8, D>;  // K's codes are not widened
   static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");
+  static_assert(!kDirectK || kPublishByEach, "FULL_K counts every producer thread's arrival");
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K, box = pt / K;
   const ProducerPool pool(p, codec::PageFormat::kFp8, c.h);
@@ -78,12 +82,10 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   uint32_t raw_k_phase = 0, raw_v_phase = 0;  // bit b: parity of the next phase of stage b's raw barrier
 
   // Tile t's codes of K or V into the raw half of buffer X (shared address xs), by the copy engine
-  // (the first thread issues, every thread waits) or by each thread's zero-filling cp.async.
-  auto copy_raw = [&](int t, bool v, bool by_tma, const KeySlot& k, uint32_t xs) {
-    const int b = t % S;
+  // (the first thread issues, completing on `bar`) or by each thread's zero-filling cp.async.
+  auto copy_raw = [&](int t, bool v, bool by_tma, const KeySlot& k, uint32_t xs, uint32_t bar) {
     const uint32_t rs = xs + T::kHalfTile / 2;
     if (by_tma) {
-      const uint32_t bar = sbase + (v ? T::raw_v(b) : T::raw_k(b));
       if (pt == 0) {
         const CUtensorMap* map = v ? &tp.v8_map : &tp.k8_map;
         mbarrier_arrive_expect_tx(bar, K * D);
@@ -126,7 +128,21 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     if (t >= S) mbarrier_wait(sbase + T::empty_k(b), ((t / S) & 1) ^ 1);
     write_tma_meta<T>(smem, b, pt, k, kscale);
     if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy
-    copy_raw(t, false, by_tma, k, sbase + T::k_tile(b));
+    if constexpr (kDirectK) {
+      // The codes are the consumers' operand: the copy completes FULL_K itself (the first thread's
+      // arrival brings its bytes), every other thread arrives once its meta is written; a tile by
+      // cp.async is published by each thread after its own row has landed.
+      const uint32_t full = sbase + T::full_k(b);
+      copy_raw(t, false, by_tma, k, sbase + T::k_tile(b), full);
+      if (by_tma) {
+        if (pt != 0) mbarrier_arrive(full);
+      } else {
+        cp_async_wait<0>();
+        publish(T::full_k(b));
+      }
+    } else {
+      copy_raw(t, false, by_tma, k, sbase + T::k_tile(b), sbase + T::raw_k(b));
+    }
   };
 
   const int n = c.wk.key_tiles;
@@ -136,9 +152,11 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   start_tile(0, k, by_tma, vscale);
   for (int t = 0; t < n; ++t) {
     const int b = t % S;
-    await_raw(t, false, by_tma);
-    widen_row<T, D, false>(smem + T::k_tile(b), j, box, 1.0f);
-    publish(T::full_k(b));  // also publishes the meta written in start_tile
+    if constexpr (!kDirectK) {
+      await_raw(t, false, by_tma);
+      widen_row<T, D, false>(smem + T::k_tile(b), j, box, 1.0f);
+      publish(T::full_k(b));  // also publishes the meta written in start_tile
+    }
     const KeySlot cur = k;
     const bool cur_tma = by_tma;
     const float cur_vscale = vscale;
@@ -146,7 +164,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
     if (t >= S) mbarrier_wait(sbase + T::empty_v(b), ((t / S) & 1) ^ 1);
     if (cur_tma && pt == 0) fence_proxy_async();
-    copy_raw(t, true, cur_tma, cur, sbase + T::v_tile(b));
+    copy_raw(t, true, cur_tma, cur, sbase + T::v_tile(b), sbase + T::raw_v(b));
     if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
     await_raw(t, true, cur_tma);
     widen_row<T, D, true>(smem + T::v_tile(b), j, box, cur_vscale);

@@ -32,6 +32,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <climits>
 #include <cstdint>
@@ -52,6 +53,23 @@ struct PrefillTmaParams {
   int tma, tma8, tma3;           // 0: the pool's layout does not suit a tensor map, every tile by cp.async
 };
 
+// QK^T over FP8 pages as E4M3 wgmma (head_dim 128 and 256): the copy engine's raw K codes are the
+// operand itself, so the FP8 producer widens only V; the query goes in as kFp8QTerms E4M3 terms (hi, then
+// what each term left) of a per-row power-of-two scaling, undone on the logits. Three terms keep about
+// 12 bits of each query element, more than the one fp16 term of the other formats; four with page
+// scores. Kernel-lab switch, off by default (K widened, QK^T on fp16): on an H100 it measured 2-3x
+// further from the fp64 reference (the FP8 tensor cores do not accumulate in full fp32) and at most
+// 3.7% faster with two terms, 4% slower with three (docs/benchmarks.md).
+// MINIMAKV_PREFILL_FP8_QK_TERMS sets the term count.
+#ifndef MINIMAKV_PREFILL_FP8_QK
+#define MINIMAKV_PREFILL_FP8_QK 0
+#endif
+#ifndef MINIMAKV_PREFILL_FP8_QK_TERMS
+#define MINIMAKV_PREFILL_FP8_QK_TERMS 3
+#endif
+template <codec::PageFormat F, int D>
+inline constexpr bool kFp8QkWgmma = MINIMAKV_PREFILL_FP8_QK != 0 && F == codec::PageFormat::kFp8 && D >= 128;
+
 template <int D, int QT>
 struct TmaTile {
   static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
@@ -63,18 +81,28 @@ struct TmaTile {
   static constexpr int kBlocks = D / 64;              // 64-column blocks of a row
   static constexpr uint32_t kQBlock = kRows * 128, kKvBlock = kKeys * 128;  // bytes of one column block
   static constexpr uint32_t kQTerm = kRows * D * 2;                         // one query term
+  static constexpr int kFp8QTerms = QT == 2 ? 4 : MINIMAKV_PREFILL_FP8_QK_TERMS;  // E4M3 query terms
+  static constexpr uint32_t kQTerm8 = kRows * D;                                  // one E4M3 query term
+  // The query region: QT fp16 or bf16 terms, or (head_dim >= 128, when the FP8 CTA multiplies in E4M3)
+  // kFp8QTerms E4M3 terms, whichever is larger.
+  static constexpr uint32_t kQBytes =
+      MINIMAKV_PREFILL_FP8_QK != 0 && D >= 128 && kFp8QTerms * kQTerm8 > QT * kQTerm ? kFp8QTerms * kQTerm8
+                                                                                   : QT * kQTerm;
   static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
   static constexpr uint32_t kMetaBytes = kKeys * 12 + 16;  // kpos[kKeys], kent[kKeys], kscale[kKeys], maxpos[4]
   static constexpr uint32_t kRawHalf = kKeys * 3 * D / 8;  // TQ3 codes of one K or V tile (the raw ring)
+  static constexpr uint32_t kQScaleBytes = MINIMAKV_PREFILL_FP8_QK != 0 ? kRows * 4 : 0;  // E4M3 rows' 1 / scale
   static constexpr size_t stage_bytes(int stages) {
-    return QT * kQTerm + stages * (2 * kHalfTile + kMetaBytes + 2 * kRawHalf + 48) + 1024;  // + barriers, alignment
+    return kQBytes + stages * (2 * kHalfTile + kMetaBytes + 2 * kRawHalf + 48) + kQScaleBytes +
+           1024;  // + barriers, the query rows' scales, alignment
   }
   static constexpr int kStages = stage_bytes(3) <= 227 * 1024 ? 3 : 2;
-  static constexpr uint32_t kQ = 0, kKv = QT * kQTerm;  // K of stage b at kKv + 2b halves, V after it
+  static constexpr uint32_t kQ = 0, kKv = kQBytes;  // K of stage b at kKv + 2b halves, V after it
   static constexpr uint32_t kMeta = kKv + kStages * 2 * kHalfTile;
   static constexpr uint32_t kRaw = (kMeta + kStages * kMetaBytes + 127) / 128 * 128;  // K then V of stage b
   static constexpr uint32_t kBars = kRaw + kStages * 2 * kRawHalf;
-  static constexpr size_t kBytes = kBars + kStages * 48 + 1024;  // + slack to align the base to 1024
+  static constexpr uint32_t kQScale = kBars + kStages * 48;  // per query row: 1 / its E4M3 scaling (floats)
+  static constexpr size_t kBytes = kQScale + kQScaleBytes + 1024;  // + slack to align the base to 1024
   static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
   static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
 
@@ -175,6 +203,58 @@ __device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, co
       const float2 f0 = unpack_pair<E>(h0), f1 = unpack_pair<E>(h1);
       *reinterpret_cast<uint2*>(dst + T::kQTerm) =
           make_uint2(pack_pair<E>(x.x - f0.x, x.y - f0.y), pack_pair<E>(x.z - f1.x, x.w - f1.y));
+    }
+  }
+  fence_proxy_async();
+  named_sync(T::kConsumersBar, T::kConsumers);
+}
+
+// The query tile for E4M3 QK^T (kFp8QkWgmma): each row, pre-scaled for base-2 logits as above, times a
+// power of two s that puts its largest magnitude in [128, 256), as kFp8QTerms E4M3 terms (term i rounds
+// what terms 0..i-1 left, so the sum keeps about 4 (i + 1) bits), in the swizzled layout with rows of
+// D bytes (blocks of 128 dims); 1 / s per row at kQScale, for the softmax. One warp a row: the lanes'
+// magnitudes meet in one reduction. Non-finite elements stay non-finite (no saturation: E4M3 has no
+// infinity, so they become NaN, as the logits they would give).
+template <class T, int D>
+__device__ void stage_query_fp8(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
+  constexpr int V = D / 128;  // four-element groups of a row per lane
+  const float qscale = p.scale * kLog2e;
+  const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* inv = reinterpret_cast<float*>(smem + T::kQScale);
+  for (int r = warp; r < T::kRows; r += T::kConsumerWarps) {
+    float4 x[V];
+    float amax = 0.0f;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      x[v] = load_query4<D>(p, c, p.q, r, 4 * lane + 128 * v, tile_rows, qscale);
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(x[v].x), fabsf(x[v].y)), fmaxf(fabsf(x[v].z), fabsf(x[v].w))));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    int e = 0;
+    if (amax > 0.0f && amax <= 3.4e38f) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+    const int k = min(max(8 - e, -126), 126);
+    const float sc = ldexpf(1.0f, k);
+    if (lane == 0) inv[r] = ldexpf(1.0f, -k);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int d4 = 4 * lane + 128 * v;
+      float y[4] = {x[v].x * sc, x[v].y * sc, x[v].z * sc, x[v].w * sc};  // exact: sc is a power of two
+      uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 16) + d4 % 16;
+#pragma unroll
+      for (int term = 0; term < T::kFp8QTerms; ++term) {
+        const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_NOSAT, __NV_E4M3);
+        const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(y[2], y[3]), __NV_NOSAT, __NV_E4M3);
+        *reinterpret_cast<uint32_t*>(dst + term * T::kQTerm8) = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+        const __half2_raw l2 = __nv_cvt_fp8x2_to_halfraw2(lo, __NV_E4M3), h2 = __nv_cvt_fp8x2_to_halfraw2(hi, __NV_E4M3);
+        const float2 fl = __half22float2(*reinterpret_cast<const __half2*>(&l2));
+        const float2 fh = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        y[0] -= fl.x;  // exact: the rounding error of a coarser format
+        y[1] -= fl.y;
+        y[2] -= fh.x;
+        y[3] -= fh.y;
+      }
     }
   }
   fence_proxy_async();

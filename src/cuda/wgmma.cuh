@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for the prefill attention: shared-memory matrix descriptors,
 // the fence / commit / wait protocol and the few instruction shapes the prefill CTAs issue, with fp16
-// or bf16 operands (T = __half or __nv_bfloat16) and fp32 accumulators.
+// or bf16 operands (T = __half or __nv_bfloat16), or E4M3 ones for QK^T over FP8 pages, and fp32
+// accumulators.
 //
 // Owns: the PTX of these instructions. Operands in shared memory use one of two canonical layouts:
 // without swizzle, 8 x 8 "core matrices" of 8 rows of 16 contiguous bytes, the descriptor naming the
@@ -66,6 +67,27 @@ inline constexpr bool kBf16Operands = std::is_same_v<T, __nv_bfloat16>;
 #define MKV_WGMMA_RS(SHAPE, TY, REGS, I0, I1, I2, I3, IB, IP)                                                \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" \
   REGS "}, {%" I0 ", %" I1 ", %" I2 ", %" I3 "}, %" IB ", p, 1, 1, 1;\n}\n"
+
+// d (+)= A B with E4M3 operands, A 64 x 32 and B 32 x N both from shared memory, K-major (8-bit
+// operands have no transposed form). A k32 step is 32 bytes of a row, as a k16 step of 16-bit operands,
+// so the descriptors are the same.
+#define MKV_WGMMA_SS_E4M3(SHAPE, REGS, IA, IB, IP)                                                 \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3.e4m3 {" REGS \
+  "}, %" IA ", %" IB ", p, 1, 1;\n}\n"
+
+template <int N>
+__device__ inline void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(N == 32 || N == 64 || N == 128);
+  if constexpr (N == 32)
+    asm volatile(MKV_WGMMA_SS_E4M3("m64n32k32", MKV_WGMMA_REGS16, "16", "17", "18")
+                 : MKV_WGMMA_ACC16(d) : "l"(a), "l"(b), "r"(accumulate));
+  else if constexpr (N == 64)
+    asm volatile(MKV_WGMMA_SS_E4M3("m64n64k32", MKV_WGMMA_REGS32, "32", "33", "34")
+                 : MKV_WGMMA_ACC32(d) : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(MKV_WGMMA_SS_E4M3("m64n128k32", MKV_WGMMA_REGS64, "64", "65", "66")
+                 : MKV_WGMMA_ACC64(d) : "l"(a), "l"(b), "r"(accumulate));
+}
 
 template <class T>
 __device__ inline void wgmma_ss_n32(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
