@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -85,13 +86,12 @@ struct TmaTile {
   static constexpr uint32_t kQTerm8 = kRows * D;                                  // one E4M3 query term
   // The query region: QT fp16 or bf16 terms, or (head_dim >= 128, when the FP8 CTA multiplies in E4M3)
   // kFp8QTerms E4M3 terms, whichever is larger.
-  static constexpr uint32_t kQBytes =
-      MINIMAKV_PREFILL_FP8_QK != 0 && D >= 128 && kFp8QTerms * kQTerm8 > QT * kQTerm ? kFp8QTerms * kQTerm8
-                                                                                   : QT * kQTerm;
+  static constexpr bool kE4m3Query = kFp8QkWgmma<codec::PageFormat::kFp8, D>;
+  static constexpr uint32_t kQBytes = kE4m3Query ? std::max(QT * kQTerm, kFp8QTerms * kQTerm8) : QT * kQTerm;
   static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
   static constexpr uint32_t kMetaBytes = kKeys * 12 + 16;  // kpos[kKeys], kent[kKeys], kscale[kKeys], maxpos[4]
   static constexpr uint32_t kRawHalf = kKeys * 3 * D / 8;  // TQ3 codes of one K or V tile (the raw ring)
-  static constexpr uint32_t kQScaleBytes = MINIMAKV_PREFILL_FP8_QK != 0 ? kRows * 4 : 0;  // E4M3 rows' 1 / scale
+  static constexpr uint32_t kQScaleBytes = kE4m3Query ? kRows * 4 : 0;  // E4M3 rows' 1 / scale
   static constexpr size_t stage_bytes(int stages) {
     return kQBytes + stages * (2 * kHalfTile + kMetaBytes + 2 * kRawHalf + 48) + kQScaleBytes +
            1024;  // + barriers, the query rows' scales, alignment
@@ -246,10 +246,9 @@ __device__ void stage_query_fp8(const PrefillParams& p, const PrefillWork& c, ui
       for (int term = 0; term < T::kFp8QTerms; ++term) {
         const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_NOSAT, __NV_E4M3);
         const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(y[2], y[3]), __NV_NOSAT, __NV_E4M3);
-        *reinterpret_cast<uint32_t*>(dst + term * T::kQTerm8) = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
-        const __half2_raw l2 = __nv_cvt_fp8x2_to_halfraw2(lo, __NV_E4M3), h2 = __nv_cvt_fp8x2_to_halfraw2(hi, __NV_E4M3);
-        const float2 fl = __half22float2(*reinterpret_cast<const __half2*>(&l2));
-        const float2 fh = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        const uint32_t w = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+        *reinterpret_cast<uint32_t*>(dst + term * T::kQTerm8) = w;
+        const float2 fl = unpack_pair<__half>(fp8x2_to_half2(w)), fh = unpack_pair<__half>(fp8x2_to_half2(w >> 16));
         y[0] -= fl.x;  // exact: the rounding error of a coarser format
         y[1] -= fl.y;
         y[2] -= fh.x;
