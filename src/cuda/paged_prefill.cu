@@ -100,10 +100,10 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
 #define MINIMAKV_PREFILL_TQ3_PRODUCER_REGS 104
 #endif
 template <codec::PageFormat F, int D, int QT>
-__global__ void __launch_bounds__(TmaTile<D, QT>::kThreads, 1)
+__global__ void __launch_bounds__(TmaTile<D, QT, F>::kThreads, 1)
     prefill_tma_kernel(const __grid_constant__ PrefillTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = TmaTile<D, QT>;
+  using T = TmaTile<D, QT, F>;
   // The producer's registers: BF16's only issues copies, FP8's and TQ3's widen codes.
   constexpr int kProducerRegs = F == codec::PageFormat::kBf16  ? 40
                                 : F == codec::PageFormat::kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS
@@ -190,7 +190,7 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
 
 template <codec::PageFormat F, int D, int QT>
 void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
-  constexpr size_t bytes = TmaTile<D, QT>::kBytes;
+  constexpr size_t bytes = TmaTile<D, QT, F>::kBytes;
   static const bool configured = [] {
     check(cudaFuncSetAttribute(prefill_tma_kernel<F, D, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
@@ -198,7 +198,7 @@ void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
     return true;
   }();
   (void)configured;
-  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, TmaTile<D, QT>::kThreads, bytes, st>>>(tp);
+  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, TmaTile<D, QT, F>::kThreads, bytes, st>>>(tp);
 }
 
 // The copy-engine kernels of the formats in tp.p.formats.

@@ -31,9 +31,9 @@ namespace minimakv::cuda::detail {
 template <codec::PageFormat F, int D, int QT>
 __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c, uint8_t* smem) {
   static_assert(F == codec::PageFormat::kBf16 || F == codec::PageFormat::kFp8 || F == codec::PageFormat::kTq3);
-  using T = TmaTile<D, QT>;
+  using T = TmaTile<D, QT, F>;
   using E = std::conditional_t<F == codec::PageFormat::kBf16, __nv_bfloat16, __half>;
-  constexpr int S = T::kStages, K = T::kKeys, NT = K / 8, DT = D / 8;
+  constexpr int K = T::kKeys, NT = K / 8, DT = D / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
   constexpr bool kE4m3 = kFp8QkWgmma<F, D>;
   if constexpr (kE4m3)
@@ -61,8 +61,8 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
 
   // S = Q K^T for tile t (base-2 logits); a k16 step is 32 bytes along a swizzled row.
   auto issue_qk = [&](int t) {
-    const int b = t % S;
-    mbarrier_wait(sbase + T::full_k(b), (t / S) & 1);
+    const int b = T::k_stage(t);
+    mbarrier_wait(sbase + T::full_k(b), T::k_parity(t));
     if constexpr (kE4m3) {
       // The raw codes (upper half of the K buffer: boxes of 128 codes, K-major, 128-byte swizzle); a
       // k32 step is 32 bytes, four to a 128-byte block of the query's and the codes' rows.
@@ -87,8 +87,8 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
   };
   // O += P V for tile t: a k16 step is 16 keys (two 8-row groups), N runs over the 64-column blocks.
   auto issue_pv = [&](int t) {
-    mbarrier_wait(sbase + T::full_v(t % S), (t / S) & 1);
-    const uint32_t vb = sbase + T::v_tile(t % S);
+    mbarrier_wait(sbase + T::full_v(T::v_stage(t)), T::v_parity(t));
+    const uint32_t vb = sbase + T::v_tile(T::v_stage(t));
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) wgmma_rs<E, D>(o_acc, pa[kk], gmma_desc_sw128(vb + kk * 2048, T::kKvBlock, 1024));
     wgmma_commit();
@@ -104,7 +104,7 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
 #endif
   // The softmax of tile t (its positions and K scales arrived with its K).
   auto softmax = [&](int t) {
-    const int* kpos = reinterpret_cast<const int*>(smem + T::meta(t % S));
+    const int* kpos = reinterpret_cast<const int*>(smem + T::meta(T::k_stage(t)));
     const int4 mx = *reinterpret_cast<const int4*>(kpos + T::kMaxPos);
     const bool masked = max(max(mx.x, mx.y), max(mx.z, mx.w)) > q_min;
     float mref[1][2];
@@ -151,9 +151,9 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     issue_pv(t - 1);
     wgmma_wait<1>();  // QK^T(t), committed first, has retired; PV(t - 1) may still run
     softmax(t);
-    release(T::empty_k(t % S));
+    release(T::empty_k(T::k_stage(t)));
     wgmma_wait<0>();
-    release(T::empty_v((t - 1) % S));
+    release(T::empty_v(T::v_stage(t - 1)));
   }
   pack_p();
   rescale_o();
@@ -164,16 +164,16 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     issue_pv(t - 1);
     issue_qk(t);
     wgmma_wait<0>();
-    release(T::empty_v((t - 1) % S));
+    release(T::empty_v(T::v_stage(t - 1)));
     softmax(t);
-    release(T::empty_k(t % S));
+    release(T::empty_k(T::k_stage(t)));
     pack_p();
   }
 #endif
   wgmma_fence();
   issue_pv(n - 1);
   wgmma_wait<0>();
-  release(T::empty_v((n - 1) % S));
+  release(T::empty_v(T::v_stage(n - 1)));
   if constexpr (QT == 2) pages.finish(p, c, rows);
   write_partials(p, c, rows, o, m, lsum);
 }

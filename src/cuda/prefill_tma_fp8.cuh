@@ -16,8 +16,10 @@
 // bytes, so a thread reads its four upper chunks before it writes them; at 64 and 256 an output row
 // covers other threads' raw rows, so every thread reads its whole raw row, the producers meet at a
 // barrier, then all write.
-// Pipeline per tile t: widen and publish K(t), copy V(t)'s codes once its stage is released, then K(t +
-// 1)'s once its stage is, then widen and publish V(t): both copies are in flight together. Where the
+// Pipeline per tile t, as many K stages as V stages: widen and publish K(t), copy V(t)'s codes once its
+// stage is released, then K(t + 1)'s once its stage is, then widen and publish V(t): both copies are in
+// flight together. One K stage more than V (kLag): widen and publish K(t), copy K(t + 1)'s codes, widen
+// and publish V(t - 1) (copied during the last tile), then copy V(t)'s codes. Where the
 // consumers multiply K's codes as E4M3 (kFp8QkWgmma), K is never widened: its copy lands straight on
 // FULL_K, and the producer only widens V.
 // Invariant: the raw barriers of a stage complete once per tile the copy engine filled; each thread
@@ -65,9 +67,9 @@ __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
 
 template <int D, int QT>
 __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT>;
+  using T = TmaTile<D, QT, codec::PageFormat::kFp8>;
   using R = Fp8Raw<D>;
-  constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / R::kRowBytes;
+  constexpr int K = T::kKeys, kBoxes = D / R::kRowBytes;
   constexpr bool kDirectK = kFp8QkWgmma<codec::PageFormat::kFp8, D>;  // K's codes are not widened
   static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");
   static_assert(!kDirectK || kPublishByEach, "FULL_K counts every producer thread's arrival");
@@ -79,7 +81,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     tma_prefetch_map(&tp.k8_map);
     tma_prefetch_map(&tp.v8_map);
   }
-  uint32_t raw_k_phase = 0, raw_v_phase = 0;  // bit b: parity of the next phase of stage b's raw barrier
+  uint32_t raw_k_phase = 0, raw_v_phase = 0;  // bit b: parity of the next phase of K (V) stage b's raw barrier
 
   // Tile t's codes of K or V into the raw half of buffer X (shared address xs), by the copy engine
   // (the first thread issues, completing on `bar`) or by each thread's zero-filling cp.async.
@@ -107,7 +109,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   };
   // Waits for tile t's raw codes (each thread for what it needs: its own row either way).
   auto await_raw = [&](int t, bool v, bool by_tma) {
-    const int b = t % S;
+    const int b = v ? T::v_stage(t) : T::k_stage(t);
     if (by_tma) {
       uint32_t& phase = v ? raw_v_phase : raw_k_phase;
       mbarrier_wait(sbase + (v ? T::raw_v(b) : T::raw_k(b)), (phase >> b) & 1u);
@@ -121,11 +123,11 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   // holds one of its page's tokens or lies past the page's span), its meta, and its K codes on the way.
   KeyCursor cursor(c, j);
   auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& vscale) {
-    const int b = t % S;
+    const int b = T::k_stage(t);
     k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma8, by_tma);
     const float kscale = pool.meta<float>(k, pool.L.k_meta);
     vscale = pool.meta<float>(k, pool.L.v_meta);
-    if (t >= S) mbarrier_wait(sbase + T::empty_k(b), ((t / S) & 1) ^ 1);
+    if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
     write_tma_meta<T>(smem, b, pt, k, kscale);
     if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy
     if constexpr (kDirectK) {
@@ -145,14 +147,30 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     }
   };
 
+  // V of tile u: its codes on the way once its stage is released (the key slot and vote from the step
+  // that started tile u), then, once they landed, widened and published.
+  auto copy_v = [&](int u, const KeySlot& ku, bool tma_u) {
+    const int b = T::v_stage(u);
+    if (u >= T::kVStages) mbarrier_wait(sbase + T::empty_v(b), T::v_parity(u) ^ 1);
+    if (tma_u && pt == 0) fence_proxy_async();
+    copy_raw(u, true, tma_u, ku, sbase + T::v_tile(b), sbase + T::raw_v(b));
+  };
+  auto finish_v = [&](int u, bool tma_u, float vscale_u) {
+    await_raw(u, true, tma_u);
+    widen_row<T, D, true>(smem + T::v_tile(T::v_stage(u)), j, box, vscale_u);
+    publish(T::full_v(T::v_stage(u)));
+  };
+
   const int n = c.wk.key_tiles;
   KeySlot k{};
   bool by_tma = false;
   float vscale = 0.0f;
   start_tile(0, k, by_tma, vscale);
+  bool lag_tma = false;  // kLag: the vote and V scale of the tile whose V codes are in flight
+  float lag_vscale = 0.0f;
   for (int t = 0; t < n; ++t) {
-    const int b = t % S;
     if constexpr (!kDirectK) {
+      const int b = T::k_stage(t);
       await_raw(t, false, by_tma);
       widen_row<T, D, false>(smem + T::k_tile(b), j, box, 1.0f);
       publish(T::full_k(b));  // also publishes the meta written in start_tile
@@ -160,16 +178,25 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     const KeySlot cur = k;
     const bool cur_tma = by_tma;
     const float cur_vscale = vscale;
-    // V(t)'s stage is released before K(t + 1)'s (the consumers free V after PV and K after the
-    // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
-    if (t >= S) mbarrier_wait(sbase + T::empty_v(b), ((t / S) & 1) ^ 1);
-    if (cur_tma && pt == 0) fence_proxy_async();
-    copy_raw(t, true, cur_tma, cur, sbase + T::v_tile(b), sbase + T::raw_v(b));
-    if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
-    await_raw(t, true, cur_tma);
-    widen_row<T, D, true>(smem + T::v_tile(b), j, box, cur_vscale);
-    publish(T::full_v(b));
+    if constexpr (T::kLag == 0) {
+      // V(t)'s stage is released before K(t + 1)'s (the consumers free V after PV and K after the
+      // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
+      copy_v(t, cur, cur_tma);
+      if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+      finish_v(t, cur_tma, cur_vscale);
+    } else {
+      // One K stage more than V: K(t + 1)'s stage was released two tiles ago, so its copy goes first;
+      // V(t - 1), which the consumers need with K(t), was copied during the last step; V(t)'s copy
+      // waits for the PV of tile t - 2 and flies during the next step.
+      if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+      if (t > 0) finish_v(t - 1, lag_tma, lag_vscale);
+      copy_v(t, cur, cur_tma);
+      lag_tma = cur_tma;
+      lag_vscale = cur_vscale;
+    }
   }
+  if constexpr (T::kLag == 1)
+    if (n > 0) finish_v(n - 1, lag_tma, lag_vscale);
 }
 
 }  // namespace minimakv::cuda::detail

@@ -14,9 +14,10 @@
 // Layout: every operand is stored as blocks of 64 columns (128 bytes a row), rows consecutive, a row's
 // 16-byte chunks permuted by XOR with the row index mod 8 (the copy engine's SWIZZLE_128B, which the
 // wgmma descriptors name); Q as kRows rows (one block after the other, one or two query terms), K and V
-// of a stage as kKeys rows each. Per stage: K, V, the keys' positions, plan entries and K scales, the
-// TQ3 raw ring's K and V codes (kRawHalf bytes each, unused by the other formats), and six mbarriers
-// (K full, V full, K empty, V empty, and the FP8 and TQ3 producers' raw K and raw V arrivals).
+// of a stage as kKeys rows each. K and V have stages of their own (kKStages, kVStages: K may take one
+// more, see MINIMAKV_PREFILL_TMA_KV_SPLIT). Per K stage: K, the keys' positions, plan entries and K
+// scales, the TQ3 raw ring's K codes (kRawHalf bytes, TQ3 only) and three mbarriers (full, empty, and
+// the widening producers' raw arrivals); per V stage: V, the raw ring's V codes and three mbarriers.
 // Hand-off: the producer announces each tile's K with its positions on FULL_K and its V on FULL_V (one
 // arrival each by the BF16 producer's first thread; one per thread by the widening producers, see
 // publish_widened); consumer warps arrive on EMPTY_K once the softmax that reads the
@@ -71,7 +72,16 @@ struct PrefillTmaParams {
 template <codec::PageFormat F, int D>
 inline constexpr bool kFp8QkWgmma = MINIMAKV_PREFILL_FP8_QK != 0 && F == codec::PageFormat::kFp8 && D >= 128;
 
-template <int D, int QT>
+// K and V stage counts (kernel-lab switch): 1, K may take one stage more than V where three of each do
+// not fit (three K and two V stages at head_dim 128 and 256 for BF16 and FP8 pages with one query term),
+// so the copy of the tile the next QK^T needs may run further ahead; 0 (default), equal counts (two of
+// each there). On an H100 the extra K stage lost: BF16 8% slower at head_dim 128 and 10% at 256, FP8
+// 1-5% (docs/benchmarks.md).
+#ifndef MINIMAKV_PREFILL_TMA_KV_SPLIT
+#define MINIMAKV_PREFILL_TMA_KV_SPLIT 0
+#endif
+
+template <int D, int QT, codec::PageFormat F>
 struct TmaTile {
   static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
   static constexpr int kKeys = prefill_tma_key_tile(D);
@@ -86,41 +96,57 @@ struct TmaTile {
   static constexpr uint32_t kQTerm8 = kRows * D;                                  // one E4M3 query term
   // The query region: QT fp16 or bf16 terms, or (head_dim >= 128, when the FP8 CTA multiplies in E4M3)
   // kFp8QTerms E4M3 terms, whichever is larger.
-  static constexpr bool kE4m3Query = kFp8QkWgmma<codec::PageFormat::kFp8, D>;
+  static constexpr bool kE4m3Query = kFp8QkWgmma<F, D>;
   static constexpr uint32_t kQBytes = kE4m3Query ? std::max(QT * kQTerm, kFp8QTerms * kQTerm8) : QT * kQTerm;
   static constexpr uint32_t kHalfTile = kKeys * D * 2;                      // K or V of one stage
   static constexpr uint32_t kMetaBytes = kKeys * 12 + 16;  // kpos[kKeys], kent[kKeys], kscale[kKeys], maxpos[4]
-  static constexpr uint32_t kRawHalf = kKeys * 3 * D / 8;  // TQ3 codes of one K or V tile (the raw ring)
+  // TQ3 codes of one K or V tile (the raw ring, TQ3 pages only: FP8 codes land in their fp16 buffer).
+  static constexpr uint32_t kRawHalf = F == codec::PageFormat::kTq3 ? kKeys * 3 * D / 8 : 0;
   static constexpr uint32_t kQScaleBytes = kE4m3Query ? kRows * 4 : 0;  // E4M3 rows' 1 / scale
-  static constexpr size_t stage_bytes(int stages) {
-    return kQBytes + stages * (2 * kHalfTile + kMetaBytes + 2 * kRawHalf + 48) + kQScaleBytes +
-           1024;  // + barriers, the query rows' scales, alignment
+  // Per K stage: its buffer, meta, raw codes and three barriers; per V stage: its buffer, raw codes and
+  // three barriers; + the query rows' scales, the meta's alignment and the base's.
+  static constexpr size_t stage_bytes(int k_stages, int v_stages) {
+    return kQBytes + k_stages * (kHalfTile + kMetaBytes + kRawHalf + 24) + v_stages * (kHalfTile + kRawHalf + 24) +
+           kQScaleBytes + 128 + 1024;
   }
-  static constexpr int kStages = stage_bytes(3) <= 227 * 1024 ? 3 : 2;
-  static constexpr uint32_t kQ = 0, kKv = kQBytes;  // K of stage b at kKv + 2b halves, V after it
-  static constexpr uint32_t kMeta = kKv + kStages * 2 * kHalfTile;
-  static constexpr uint32_t kRaw = (kMeta + kStages * kMetaBytes + 127) / 128 * 128;  // K then V of stage b
-  static constexpr uint32_t kBars = kRaw + kStages * 2 * kRawHalf;
-  static constexpr uint32_t kQScale = kBars + kStages * 48;  // per query row: 1 / its E4M3 scaling (floats)
+  static constexpr size_t kLimit = 227 * 1024;
+  // The TQ3 producer's ring holds K and V codes of a tile together, so its stages stay paired.
+  static constexpr bool kSplit = MINIMAKV_PREFILL_TMA_KV_SPLIT != 0 && F != codec::PageFormat::kTq3;
+  static constexpr int kKStages = stage_bytes(3, 3) <= kLimit || (kSplit && stage_bytes(3, 2) <= kLimit) ? 3 : 2;
+  static constexpr int kVStages = stage_bytes(3, 3) <= kLimit ? 3 : 2;
+  static constexpr int kLag = kKStages - kVStages;  // tiles by which the producers' V trails their K
+  static constexpr uint32_t kQ = 0, kK = kQBytes;  // K of stage b at kK + b halves, then V of stage b
+  static constexpr uint32_t kV = kK + kKStages * kHalfTile;
+  static constexpr uint32_t kMeta = kV + kVStages * kHalfTile;
+  static constexpr uint32_t kRaw = (kMeta + kKStages * kMetaBytes + 127) / 128 * 128;  // K stages', then V's
+  static constexpr uint32_t kBars = kRaw + (kKStages + kVStages) * kRawHalf;
+  static constexpr uint32_t kQScale = kBars + (kKStages + kVStages) * 24;  // per query row: 1 / its E4M3 scaling
   static constexpr size_t kBytes = kQScale + kQScaleBytes + 1024;  // + slack to align the base to 1024
-  static_assert(kKv % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= 227 * 1024);
+  static_assert(kK % 1024 == 0 && kHalfTile % 1024 == 0 && kBars % 8 == 0 && kBytes <= kLimit);
+  static_assert(kLag == 0 || kLag == 1);
   static constexpr int kConsumersBar = 1, kProducersBar = 2;  // named barrier ids (0 is __syncthreads)
 
   // Byte offset of 16-byte chunk c (elements 8c..8c+7) of row r in an operand of `rows` rows.
   __device__ static constexpr uint32_t chunk(int rows, int r, int c) {
     return static_cast<uint32_t>((c / 8) * rows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
   }
-  __device__ static constexpr uint32_t k_tile(int b) { return kKv + 2 * b * kHalfTile; }
-  __device__ static constexpr uint32_t v_tile(int b) { return kKv + (2 * b + 1) * kHalfTile; }
+  // Tile t's K stage and V stage, and the parity of each stage's phase that tile t uses.
+  __device__ static constexpr int k_stage(int t) { return t % kKStages; }
+  __device__ static constexpr int v_stage(int t) { return t % kVStages; }
+  __device__ static constexpr uint32_t k_parity(int t) { return (t / kKStages) & 1; }
+  __device__ static constexpr uint32_t v_parity(int t) { return (t / kVStages) & 1; }
+  __device__ static constexpr uint32_t k_tile(int b) { return kK + b * kHalfTile; }
+  __device__ static constexpr uint32_t v_tile(int b) { return kV + b * kHalfTile; }
   __device__ static constexpr uint32_t meta(int b) { return kMeta + b * kMetaBytes; }
-  __device__ static constexpr uint32_t raw_k_tile(int b) { return kRaw + 2 * b * kRawHalf; }
-  __device__ static constexpr uint32_t raw_v_tile(int b) { return kRaw + (2 * b + 1) * kRawHalf; }
-  __device__ static constexpr uint32_t full_k(int b) { return kBars + 8 * b; }
-  __device__ static constexpr uint32_t full_v(int b) { return kBars + 8 * (kStages + b); }
-  __device__ static constexpr uint32_t empty_k(int b) { return kBars + 8 * (2 * kStages + b); }
-  __device__ static constexpr uint32_t empty_v(int b) { return kBars + 8 * (3 * kStages + b); }
-  __device__ static constexpr uint32_t raw_k(int b) { return kBars + 8 * (4 * kStages + b); }
-  __device__ static constexpr uint32_t raw_v(int b) { return kBars + 8 * (5 * kStages + b); }
+  __device__ static constexpr uint32_t raw_k_tile(int b) { return kRaw + b * kRawHalf; }
+  __device__ static constexpr uint32_t raw_v_tile(int b) { return kRaw + (kKStages + b) * kRawHalf; }
+  // Barriers: three per K stage (full, empty, raw), then three per V stage.
+  __device__ static constexpr uint32_t full_k(int b) { return kBars + 24 * b; }
+  __device__ static constexpr uint32_t empty_k(int b) { return kBars + 24 * b + 8; }
+  __device__ static constexpr uint32_t raw_k(int b) { return kBars + 24 * b + 16; }
+  __device__ static constexpr uint32_t full_v(int b) { return kBars + 24 * (kKStages + b); }
+  __device__ static constexpr uint32_t empty_v(int b) { return kBars + 24 * (kKStages + b) + 8; }
+  __device__ static constexpr uint32_t raw_v(int b) { return kBars + 24 * (kKStages + b) + 16; }
   // Meta of a stage, as ints: kpos at 0, kent at kKeys, kscale (floats) at 2 kKeys, maxpos[4] at 3 kKeys.
   static constexpr int kEnt = kKeys, kScale = 2 * kKeys, kMaxPos = 3 * kKeys;
 };
@@ -157,12 +183,14 @@ __device__ inline void publish_widened(uint32_t sbase, uint32_t full, int pt) {
 template <class T>
 __device__ void init_tma_barriers(uint32_t sbase, int full_count) {
   if (threadIdx.x == 0) {
-    for (int b = 0; b < T::kStages; ++b) {
+    for (int b = 0; b < T::kKStages; ++b) {
       mbarrier_init(sbase + T::full_k(b), full_count);
-      mbarrier_init(sbase + T::full_v(b), full_count);
       mbarrier_init(sbase + T::empty_k(b), T::kConsumerWarps);
-      mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::raw_k(b), 1);
+    }
+    for (int b = 0; b < T::kVStages; ++b) {
+      mbarrier_init(sbase + T::full_v(b), full_count);
+      mbarrier_init(sbase + T::empty_v(b), T::kConsumerWarps);
       mbarrier_init(sbase + T::raw_v(b), 1);
     }
     mbarrier_init_fence();
@@ -329,11 +357,15 @@ __device__ void write_tma_meta(uint8_t* smem, int b, int pt, const KeySlot& k, f
 
 // Every thread follows one key of each tile (key pt mod kKeys) to write the tile's positions and, for a
 // tile the copy engine cannot fill, to copy that key's K and V rows (at head_dim 256 the first half of
-// the threads copy K rows and the second half V rows). The first thread issues the tensor copies.
+// the threads copy K rows and the second half V rows). The first thread issues the tensor copies. With
+// one K stage more than V (kLag), step t fills K(t), then V(t - 1): the consumers free V(t - 1) before
+// K(t) (V after the PV, K after the softmax that reads its positions), so V(t)'s stage frees after
+// K(t + 1)'s; a V tile by cp.async then has the row's chunks split among the 128 / kKeys threads of
+// its key.
 template <int D, int QT>
 __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT>;
-  constexpr int S = T::kStages, K = T::kKeys;
+  using T = TmaTile<D, QT, codec::PageFormat::kBf16>;
+  constexpr int K = T::kKeys, kLag = T::kLag;
   const PrefillParams& p = tp.p;
   const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt % K;
   const ProducerPool pool(p, codec::PageFormat::kBf16, c.h);
@@ -351,32 +383,62 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
         tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, o.tok, c.h, o.page, bar);
     }
   };
+  // kLag: V of tile u (this thread's V row of it, whether the row is real, and the producers' vote).
+  auto fill_v = [&](int u, const uint8_t* src, bool real, bool by_tma) {
+    const int b = T::v_stage(u);
+    const bool wait = u >= T::kVStages;
+    if (by_tma) {
+      if (pt == 0) {
+        if (wait) mbarrier_wait(sbase + T::empty_v(b), T::v_parity(u) ^ 1);
+        mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
+        issue_boxes(u, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
+      }
+    } else {
+      constexpr int kPerRow = 128 / K, kChunks = D / 8 / kPerRow;
+      const int c0 = (pt / K) * kChunks;
+      if (wait) mbarrier_wait(sbase + T::empty_v(b), T::v_parity(u) ^ 1);
+#pragma unroll
+      for (int cc = c0; cc < c0 + kChunks; ++cc)
+        cp_async16_zfill(sbase + T::v_tile(b) + T::chunk(K, j, cc), src + 16 * cc, real);
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();
+      named_sync(T::kProducersBar, 128);
+      if (pt == 0) mbarrier_arrive(sbase + T::full_v(b));
+    }
+  };
   KeyCursor cursor(c, j);
   const int n = c.wk.key_tiles;
+  const uint8_t* lag_row = pool.base;  // kLag: the V row, realness and vote of the tile whose V is next
+  bool lag_real = false, lag_tma = false;
   for (int t = 0; t < n; ++t) {
-    const int b = t % S;
-    const uint32_t parity = ((t / S) & 1) ^ 1;  // of the consumers' release of this stage's previous tile
+    const int b = T::k_stage(t), bv = T::v_stage(t);
+    const uint32_t parity_k = T::k_parity(t) ^ 1, parity_v = T::v_parity(t) ^ 1;  // of the consumers' releases
     bool by_tma;
     const KeySlot k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma, by_tma);  // this thread's key
-    if (t >= S) mbarrier_wait(sbase + T::empty_k(b), parity);
+    if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), parity_k);
     write_tma_meta<T>(smem, b, pt, k, 1.0f);
     if (by_tma) {
       named_sync(T::kProducersBar, 128);  // the meta is written before the first thread's arrival
       if (pt == 0) {
         mbarrier_arrive_expect_tx(sbase + T::full_k(b), T::kHalfTile);
         issue_boxes(t, &tp.k_map, sbase + T::k_tile(b), sbase + T::full_k(b));
-        if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
-        mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
-        issue_boxes(t, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
+        if constexpr (kLag == 0) {
+          if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), parity_v);
+          mbarrier_arrive_expect_tx(sbase + T::full_v(bv), T::kHalfTile);
+          issue_boxes(t, &tp.v_map, sbase + T::v_tile(bv), sbase + T::full_v(bv));
+        }
       }
     } else {
-      if (t >= S) mbarrier_wait(sbase + T::empty_v(b), parity);
+      if constexpr (kLag == 0)
+        if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), parity_v);
 #pragma unroll
       for (int r = 0; r < 2 * K / 128; ++r) {
         const int row = pt + 128 * r;
         const bool is_v = row >= K;
+        if (kLag == 1 && is_v) continue;  // V follows in the next step
         const uint8_t* src = pool.row(k, is_v);
-        const uint32_t dst = sbase + (is_v ? T::v_tile(b) : T::k_tile(b));
+        const uint32_t dst = sbase + (is_v ? T::v_tile(bv) : T::k_tile(b));
 #pragma unroll
         for (int cc = 0; cc < D / 8; ++cc) cp_async16_zfill(dst + T::chunk(K, j, cc), src + 16 * cc, k.page != nullptr);
       }
@@ -386,10 +448,18 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
       named_sync(T::kProducersBar, 128);
       if (pt == 0) {
         mbarrier_arrive(sbase + T::full_k(b));
-        mbarrier_arrive(sbase + T::full_v(b));
+        if constexpr (kLag == 0) mbarrier_arrive(sbase + T::full_v(bv));
       }
     }
+    if constexpr (kLag == 1) {
+      if (t > 0) fill_v(t - 1, lag_row, lag_real, lag_tma);
+      lag_row = pool.row(k, true);
+      lag_real = k.page != nullptr;
+      lag_tma = by_tma;
+    }
   }
+  if constexpr (kLag == 1)
+    if (n > 0) fill_v(n - 1, lag_row, lag_real, lag_tma);
 }
 
 }  // namespace minimakv::cuda::detail

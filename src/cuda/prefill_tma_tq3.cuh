@@ -12,17 +12,17 @@
 // table, as the decoding CTA uses, would cost one load per pair of codes and conflict across lanes).
 // V rows are multiplied by their alpha in fp16, as the decoding CTA does; K alphas go to the softmax with
 // the tile's positions.
-// Raw ring: stage b holds K's codes then V's, kRawHalf bytes each; a box of 128 codes is 48-byte rows
-// (no swizzle: 16-byte chunks of consecutive 48-byte rows fall on distinct banks), head_dim 256 two
-// boxes (codes 0-127, 128-255), the second kKeys x 48 bytes after the first.
-// Pipeline: the codes of tiles t .. t + kStages - 1 are in flight; per tile t: widen and publish K(t)
-// once its stage is released, then V(t), then copy tile t + kStages's codes into the ring stage just read
-// (the producers' barrier that decides how tile t + kStages is copied orders every thread's reads before
-// the copy). Every producer thread publishes its own rows (publish_widened), so the producers meet once
-// per tile.
+// Raw ring: stage b's K codes at raw_k_tile(b), its V codes at raw_v_tile(b), kRawHalf bytes each; a
+// box of 128 codes is 48-byte rows (no swizzle: 16-byte chunks of consecutive 48-byte rows fall on
+// distinct banks), head_dim 256 two boxes (codes 0-127, 128-255), the second kKeys x 48 bytes after the first.
+// Pipeline (as many K stages as V stages, S): the codes of tiles t .. t + S - 1 are in flight; per tile
+// t: widen and publish K(t) once its stage is released, then V(t), then copy tile t + S's codes into the
+// ring stage just read (the producers' barrier that decides how tile t + S is copied orders every
+// thread's reads before the copy). Every producer thread publishes its own rows (publish_widened), so
+// the producers meet once per tile.
 // Invariants: a ring stage is refilled only after every producer thread read it; the raw barriers of a
 // stage complete once per tile the copy engine filled (one phase bit per stage, K and V alike); every
-// tile commits exactly one cp.async group, so waiting for tile t leaves kStages - 1 groups pending.
+// tile commits exactly one cp.async group, so waiting for tile t leaves S - 1 groups pending.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -64,8 +64,9 @@ __device__ inline void widen_tq3_row(const uint8_t* raw, uint8_t* X, int j, int 
 
 template <int D, int QT>
 __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
-  using T = TmaTile<D, QT>;
-  constexpr int S = T::kStages, K = T::kKeys, kBoxes = D / 128;
+  using T = TmaTile<D, QT, codec::PageFormat::kTq3>;
+  constexpr int S = T::kKStages, K = T::kKeys, kBoxes = D / 128;
+  static_assert(T::kVStages == S, "a ring stage holds one tile's K and V codes");
   constexpr uint32_t kBoxRow = 48;  // bytes of 128 codes
   static_assert(D % 128 == 0 && kBoxes * K == 128, "one row (head_dim 256: half row) per producer thread");
   const PrefillParams& p = tp.p;
