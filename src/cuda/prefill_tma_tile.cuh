@@ -115,7 +115,7 @@ struct TmaTile {
   static constexpr int kKStages = stage_bytes(3, 3) <= kLimit || (kSplit && stage_bytes(3, 2) <= kLimit) ? 3 : 2;
   static constexpr int kVStages = stage_bytes(3, 3) <= kLimit ? 3 : 2;
   static constexpr int kLag = kKStages - kVStages;  // tiles by which the producers' V trails their K
-  static constexpr uint32_t kQ = 0, kK = kQBytes;  // K of stage b at kK + b halves, then V of stage b
+  static constexpr uint32_t kQ = 0, kK = kQBytes;  // K of stage b at kK + b halves; the V stages after them
   static constexpr uint32_t kV = kK + kKStages * kHalfTile;
   static constexpr uint32_t kMeta = kV + kVStages * kHalfTile;
   static constexpr uint32_t kRaw = (kMeta + kKStages * kMetaBytes + 127) / 128 * 128;  // K stages', then V's
