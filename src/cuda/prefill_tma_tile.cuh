@@ -383,28 +383,38 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
         tma_load_4d(dst + blk * T::kKvBlock + s * tp.box_rows * 128, map, 64 * blk, o.tok, c.h, o.page, bar);
     }
   };
+  // V of tile u once its stage is released: the consumers' release, then the copy engine's boxes.
+  auto wait_v = [&](int u) {
+    if (u >= T::kVStages) mbarrier_wait(sbase + T::empty_v(T::v_stage(u)), T::v_parity(u) ^ 1);
+  };
+  auto issue_v = [&](int u) {
+    const int b = T::v_stage(u);
+    mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
+    issue_boxes(u, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
+  };
+  // Rows this thread copied by cp.async, published once every producer's have landed.
+  auto publish_copied = [&] {
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();  // the tensor cores read these rows through the async proxy
+    named_sync(T::kProducersBar, 128);
+  };
   // kLag: V of tile u (this thread's V row of it, whether the row is real, and the producers' vote).
   auto fill_v = [&](int u, const uint8_t* src, bool real, bool by_tma) {
-    const int b = T::v_stage(u);
-    const bool wait = u >= T::kVStages;
     if (by_tma) {
       if (pt == 0) {
-        if (wait) mbarrier_wait(sbase + T::empty_v(b), T::v_parity(u) ^ 1);
-        mbarrier_arrive_expect_tx(sbase + T::full_v(b), T::kHalfTile);
-        issue_boxes(u, &tp.v_map, sbase + T::v_tile(b), sbase + T::full_v(b));
+        wait_v(u);
+        issue_v(u);
       }
     } else {
       constexpr int kPerRow = 128 / K, kChunks = D / 8 / kPerRow;
       const int c0 = (pt / K) * kChunks;
-      if (wait) mbarrier_wait(sbase + T::empty_v(b), T::v_parity(u) ^ 1);
+      wait_v(u);
 #pragma unroll
       for (int cc = c0; cc < c0 + kChunks; ++cc)
-        cp_async16_zfill(sbase + T::v_tile(b) + T::chunk(K, j, cc), src + 16 * cc, real);
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async();
-      named_sync(T::kProducersBar, 128);
-      if (pt == 0) mbarrier_arrive(sbase + T::full_v(b));
+        cp_async16_zfill(sbase + T::v_tile(T::v_stage(u)) + T::chunk(K, j, cc), src + 16 * cc, real);
+      publish_copied();
+      if (pt == 0) mbarrier_arrive(sbase + T::full_v(T::v_stage(u)));
     }
   };
   KeyCursor cursor(c, j);
@@ -413,10 +423,9 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
   bool lag_real = false, lag_tma = false;
   for (int t = 0; t < n; ++t) {
     const int b = T::k_stage(t), bv = T::v_stage(t);
-    const uint32_t parity_k = T::k_parity(t) ^ 1, parity_v = T::v_parity(t) ^ 1;  // of the consumers' releases
     bool by_tma;
     const KeySlot k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma, by_tma);  // this thread's key
-    if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), parity_k);
+    if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
     write_tma_meta<T>(smem, b, pt, k, 1.0f);
     if (by_tma) {
       named_sync(T::kProducersBar, 128);  // the meta is written before the first thread's arrival
@@ -424,14 +433,12 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
         mbarrier_arrive_expect_tx(sbase + T::full_k(b), T::kHalfTile);
         issue_boxes(t, &tp.k_map, sbase + T::k_tile(b), sbase + T::full_k(b));
         if constexpr (kLag == 0) {
-          if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), parity_v);
-          mbarrier_arrive_expect_tx(sbase + T::full_v(bv), T::kHalfTile);
-          issue_boxes(t, &tp.v_map, sbase + T::v_tile(bv), sbase + T::full_v(bv));
+          wait_v(t);
+          issue_v(t);
         }
       }
     } else {
-      if constexpr (kLag == 0)
-        if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), parity_v);
+      if constexpr (kLag == 0) wait_v(t);
 #pragma unroll
       for (int r = 0; r < 2 * K / 128; ++r) {
         const int row = pt + 128 * r;
@@ -442,10 +449,7 @@ __device__ void prefill_produce_bf16(const PrefillTmaParams& tp, const PrefillWo
 #pragma unroll
         for (int cc = 0; cc < D / 8; ++cc) cp_async16_zfill(dst + T::chunk(K, j, cc), src + 16 * cc, k.page != nullptr);
       }
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async();  // the tensor cores read these rows through the async proxy
-      named_sync(T::kProducersBar, 128);
+      publish_copied();
       if (pt == 0) {
         mbarrier_arrive(sbase + T::full_k(b));
         if constexpr (kLag == 0) mbarrier_arrive(sbase + T::full_v(bv));
