@@ -38,9 +38,9 @@ __device__ inline int seq_of_row(const PrefillSeqRec* seqs, int n_seqs, int row)
 
 // One CTA's work: the last four warps produce, the others consume on mma.sync or wgmma.
 template <codec::PageFormat F, int D, int QT, bool Wg>
-__device__ void prefill_tile(const PrefillParams& p, int w, int h, uint8_t* smem) {
+__device__ void prefill_tile(const PrefillParams& p, int w, int h, int part, uint8_t* smem) {
   using T = PrefillTile<F, D, QT, Wg>;
-  const PrefillWork c = load_work(p, w, h, T::kKeys);
+  const PrefillWork c = load_work(p, w, h, T::kKeys, part * T::kRows);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
     prefill_produce<F, D, QT, Wg>(p, c, smem);
   } else if constexpr (Wg) {
@@ -52,9 +52,19 @@ __device__ void prefill_tile(const PrefillParams& p, int w, int h, uint8_t* smem
   }
 }
 
-// One CTA per (work, KV head), the works in the plan's launch order (most key tiles first, so the
-// causal triangle's long works do not trail at the end of the grid). The wgmma kernel exists only in
-// the sm_90a code (elsewhere it traps; run() never launches it there).
+// The (launch index, KV head, part) of this CTA: tile_parts CTAs of rows per (work, KV head), side by
+// side in the grid (they read the same keys), the works in launch order.
+struct CtaWork {
+  int i, h, part;
+};
+__device__ inline CtaWork cta_work(const PrefillParams& p, int tile_parts) {
+  const int per_work = p.kv_heads * tile_parts, rem = static_cast<int>(blockIdx.x) % per_work;
+  return {static_cast<int>(blockIdx.x) / per_work, rem / tile_parts, rem % tile_parts};
+}
+
+// One CTA per (work, KV head, part of the plan tile's rows), the works in the plan's launch order (most
+// key tiles first, so the causal triangle's long works do not trail at the end of the grid). The wgmma
+// kernel exists only in the sm_90a code (elsewhere it traps; run() never launches it there).
 template <int D, int QT, bool Wg>
 __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg>::kThreads, 1)
     prefill_tile_kernel(PrefillParams p) {
@@ -62,7 +72,7 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   if constexpr (Wg) __trap();
 #endif
   extern __shared__ __align__(128) uint8_t smem[];
-  const int i = blockIdx.x / p.kv_heads, h = blockIdx.x % p.kv_heads;
+  const auto [i, h, part] = cta_work(p, p.tile_rows / PrefillTile<codec::PageFormat::kFp8, D, QT, Wg>::kRows);
   if (i >= p.n_works) return;
   const int w = reinterpret_cast<const int32_t*>(p.plan + p.off_order)[i];
   const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
@@ -71,55 +81,68 @@ __global__ void __launch_bounds__(PrefillTile<codec::PageFormat::kFp8, D, QT, Wg
   if (!((p.formats >> format) & 1u)) return;  // another kernel attends this work
   switch (format) {
     case codec::format_index(codec::PageFormat::kBf16):
-      prefill_tile<codec::PageFormat::kBf16, D, QT, Wg>(p, w, h, smem);
+      prefill_tile<codec::PageFormat::kBf16, D, QT, Wg>(p, w, h, part, smem);
       break;
     case codec::format_index(codec::PageFormat::kFp8):
-      prefill_tile<codec::PageFormat::kFp8, D, QT, Wg>(p, w, h, smem);
+      prefill_tile<codec::PageFormat::kFp8, D, QT, Wg>(p, w, h, part, smem);
       break;
     case codec::format_index(codec::PageFormat::kTq4):
-      prefill_tile<codec::PageFormat::kTq4, D, QT, Wg>(p, w, h, smem);
+      prefill_tile<codec::PageFormat::kTq4, D, QT, Wg>(p, w, h, part, smem);
       break;
     default:
-      prefill_tile<codec::PageFormat::kTq3, D, QT, Wg>(p, w, h, smem);
+      prefill_tile<codec::PageFormat::kTq3, D, QT, Wg>(p, w, h, part, smem);
       break;
   }
 }
 
 // The copy-engine CTA (PrefillKernel::kTma) for the works of format F (BF16, FP8, or TQ3 at head_dim
-// 128 and 256): one per (work, KV head) in launch order, like prefill_tile_kernel; CTAs of other formats'
-// works return at once. One kernel per format, so that each gets the registers its own code needs. The
-// producer warpgroup gives registers to the two consumer warpgroups (BF16: 40 + 2 x 232; FP8 and TQ3,
-// whose producers widen codes: 104 + 2 x 200, 4-5% faster than 72 + 2 x 216 on an H100,
-// docs/benchmarks.md; 3 x 168 is the cap at entry); at head_dim 256 one consumer warpgroup fits. Kernel
-// lab: MINIMAKV_PREFILL_FP8_PRODUCER_REGS and MINIMAKV_PREFILL_TQ3_PRODUCER_REGS move the widening
-// producers' split (the consumers get (504 - it) / 2; both multiples of 8).
+// 128 and 256): one per (work, KV head, part of the plan tile's rows) in launch order, like
+// prefill_tile_kernel; CTAs of other formats' works return at once. One kernel per format, so that each
+// gets the registers its own code needs. The producer warpgroup gives registers to the two consumer
+// warpgroups (BF16: 40 + 2 x 232; FP8 and TQ3, whose producers widen codes: 104 + 2 x 200, 4-5% faster
+// than 72 + 2 x 216 on an H100; FP8 at head_dim 256 120 + 2 x 192, where 104 spills in the producer and
+// 120 measured 3-4% faster, docs/benchmarks.md; 3 x 168 is the cap at entry). With one consumer
+// warpgroup (two query terms at head_dim 256) no registers move. Kernel lab:
+// MINIMAKV_PREFILL_FP8_PRODUCER_REGS and MINIMAKV_PREFILL_TQ3_PRODUCER_REGS (head_dim <= 128; with a
+// _D256 suffix at 256) move the widening producers' split (the consumers get (504 - it) / 2; both
+// multiples of 8).
 #ifndef MINIMAKV_PREFILL_FP8_PRODUCER_REGS
 #define MINIMAKV_PREFILL_FP8_PRODUCER_REGS 104
 #endif
 #ifndef MINIMAKV_PREFILL_TQ3_PRODUCER_REGS
 #define MINIMAKV_PREFILL_TQ3_PRODUCER_REGS 104
 #endif
+#ifndef MINIMAKV_PREFILL_FP8_PRODUCER_REGS_D256
+#define MINIMAKV_PREFILL_FP8_PRODUCER_REGS_D256 120
+#endif
+#ifndef MINIMAKV_PREFILL_TQ3_PRODUCER_REGS_D256
+#define MINIMAKV_PREFILL_TQ3_PRODUCER_REGS_D256 104
+#endif
+template <codec::PageFormat F, int D>
+inline constexpr int kTmaProducerRegs =
+    F == codec::PageFormat::kBf16 ? 40
+    : F == codec::PageFormat::kFp8
+        ? (D > 128 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS_D256 : MINIMAKV_PREFILL_FP8_PRODUCER_REGS)
+        : (D > 128 ? MINIMAKV_PREFILL_TQ3_PRODUCER_REGS_D256 : MINIMAKV_PREFILL_TQ3_PRODUCER_REGS);
 template <codec::PageFormat F, int D, int QT>
 __global__ void __launch_bounds__(TmaTile<D, QT, F>::kThreads, 1)
     prefill_tma_kernel(const __grid_constant__ PrefillTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = TmaTile<D, QT, F>;
   // The producer's registers: BF16's only issues copies, FP8's and TQ3's widen codes.
-  constexpr int kProducerRegs = F == codec::PageFormat::kBf16  ? 40
-                                : F == codec::PageFormat::kFp8 ? MINIMAKV_PREFILL_FP8_PRODUCER_REGS
-                                                               : MINIMAKV_PREFILL_TQ3_PRODUCER_REGS;
+  constexpr int kProducerRegs = kTmaProducerRegs<F, D>;
   static_assert(kProducerRegs % 8 == 0 && (504 - kProducerRegs) / 2 % 8 == 0);
   const PrefillParams& p = tp.p;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms are 1 KiB
-  const int i = blockIdx.x / p.kv_heads, h = blockIdx.x % p.kv_heads;
+  const auto [i, h, part] = cta_work(p, p.tile_rows / T::kRows);
   if (i >= p.n_works) return;
   const int w = reinterpret_cast<const int32_t*>(p.plan + p.off_order)[i];
   const auto* splits = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split);
   const auto* works = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work);
   if (splits[works[w].split].format != codec::format_index(F)) return;
   init_tma_barriers<T>(smem_u32(smem), full_arrivals<T>(F != codec::PageFormat::kBf16));
-  const PrefillWork c = load_work(p, w, h, T::kKeys);
+  const PrefillWork c = load_work(p, w, h, T::kKeys, part * T::kRows);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
     if constexpr (T::kGroups == 2) setmaxnreg_dec<kProducerRegs>();
     if constexpr (F == codec::PageFormat::kFp8)
@@ -185,7 +208,8 @@ void launch_tiles(const PrefillParams& p, cudaStream_t st) {
     return true;
   }();
   (void)configured;
-  prefill_tile_kernel<D, QT, Wg><<<p.n_works * p.kv_heads, threads, bytes, st>>>(p);
+  const int parts = p.tile_rows / PrefillTile<codec::PageFormat::kFp8, D, QT, Wg>::kRows;
+  prefill_tile_kernel<D, QT, Wg><<<p.n_works * p.kv_heads * parts, threads, bytes, st>>>(p);
 }
 
 template <codec::PageFormat F, int D, int QT>
@@ -198,7 +222,8 @@ void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
     return true;
   }();
   (void)configured;
-  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads, TmaTile<D, QT, F>::kThreads, bytes, st>>>(tp);
+  const int parts = tp.p.tile_rows / TmaTile<D, QT, F>::kRows;
+  prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads * parts, TmaTile<D, QT, F>::kThreads, bytes, st>>>(tp);
 }
 
 // The copy-engine kernels of the formats in tp.p.formats.
@@ -280,6 +305,25 @@ bool encode_maps(CUtensorMap& k_map, CUtensorMap& v_map, codec::PageFormat f, co
   return true;
 }
 
+// Query rows of the CTA that attends format f's works at head_dim D (two: two query terms): the plan
+// tile's, or fewer where that CTA takes the tile in parts, each reading the tile's keys.
+template <int D>
+int cta_rows(codec::PageFormat f, PrefillKernel kernel, bool two) {
+  using codec::PageFormat;
+  if (kernel == PrefillKernel::kTma && prefill_tma_reads(D, f)) {
+    if (f == PageFormat::kBf16) return two ? TmaTile<D, 2, PageFormat::kBf16>::kRows : TmaTile<D, 1, PageFormat::kBf16>::kRows;
+    if (f == PageFormat::kFp8) return two ? TmaTile<D, 2, PageFormat::kFp8>::kRows : TmaTile<D, 1, PageFormat::kFp8>::kRows;
+    return two ? TmaTile<D, 2, PageFormat::kTq3>::kRows : TmaTile<D, 1, PageFormat::kTq3>::kRows;
+  }
+  const bool wg = kernel != PrefillKernel::kMma;
+  return two ? (wg ? PrefillTile<PageFormat::kFp8, D, 2, true>::kRows : PrefillTile<PageFormat::kFp8, D, 2, false>::kRows)
+             : (wg ? PrefillTile<PageFormat::kFp8, D, 1, true>::kRows : PrefillTile<PageFormat::kFp8, D, 1, false>::kRows);
+}
+int cta_rows(int head_dim, codec::PageFormat f, PrefillKernel kernel, bool two) {
+  return head_dim == 64 ? cta_rows<64>(f, kernel, two) : head_dim == 128 ? cta_rows<128>(f, kernel, two)
+                                                                         : cta_rows<256>(f, kernel, two);
+}
+
 size_t align16(size_t n) {
   return (n + 15) / 16 * 16;
 }
@@ -354,7 +398,7 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   require(io.q && io.signs && io.out, "PrefillWorkspace::run: q, signs and out are required");
   require((io.page_m == nullptr) == (io.page_l == nullptr), "PrefillWorkspace::run: page_m and page_l go together");
   require(!io.score_acc || (io.page_m && io.m && io.l), "PrefillWorkspace::run: page scores need m, l, page_m, page_l");
-  const int tile_rows = prefill_tile_rows(shape_.head_dim);
+  const int tile_rows = tiling().rows;
   require(plan.tile_tokens == tile_rows / (shape_.q_heads / shape_.kv_heads) && plan.tiling == tiling() &&
               plan.rows > 0 && !plan.works.empty() &&
               plan.launch_order.size() == plan.works.size() &&
@@ -368,7 +412,11 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
     seen[sp.format] = true;
   }
   for (int f = 0; f < codec::kNumPageFormats; ++f)
-    if (seen[f]) st.bytes_read[f] = plan.key_reads[f] * 2ull * (pools.layout[f].row + pools.layout[f].meta);
+    if (seen[f]) {
+      // A CTA that takes the plan tile in parts reads its keys once per part.
+      const int parts = tile_rows / cta_rows(shape_.head_dim, static_cast<codec::PageFormat>(f), kernel_, io.page_m != nullptr);
+      st.bytes_read[f] = plan.key_reads[f] * parts * 2ull * (pools.layout[f].row + pools.layout[f].meta);
+    }
   bool tq3 = false;  // any rotated format (TQ3, TQ4)
   for (int f = 0; f < codec::kNumPageFormats; ++f) tq3 |= seen[f] && ((codec::kRotatedFormats >> f) & 1u);
   const bool exact = seen[0] || seen[1];
@@ -429,6 +477,7 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   set_attend_params(p, pools, shape_, io, q_rot_.get(), part_o_.get(), part_m_.get(), part_l_.get());
   p.row_total = row_total_.get();
   p.tile_tokens = plan.tile_tokens;
+  p.tile_rows = tile_rows;
   p.tokens_per_page = shape_.tokens_per_page;
   int max_pages = 0;
   for (const auto& sq : plan.seqs) max_pages = std::max(max_pages, sq.pages);

@@ -18,7 +18,7 @@ __device__ void prefill_consume_mma(const PrefillParams& p, const PrefillWork& c
   const int lane = threadIdx.x & 31, cw = threadIdx.x >> 5;
   stage_query<T, F, D, QT>(p, c, smem);
   const ConsumerRows<MI> rows(p, c, cw * 16 * MI, lane);
-  const int q_min = c.sq.first + c.wk.tile_token;
+  const int q_min = c.sq.first + c.wk.tile_token + c.row0 / p.group;  // the CTA's first query position
   // Per-lane ldmatrix addresses: Q (A operand), K (B, keys as columns), V (B, transposed).
   const uint32_t q_lane = smem_u32(smem + T::kQ) + T::q_chunk(cw * 16 * MI + (lane & 15), lane >> 4);
   const uint32_t k_lane = T::k_chunk((lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);

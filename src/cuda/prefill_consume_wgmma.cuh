@@ -24,7 +24,7 @@ __device__ void prefill_consume_wgmma(const PrefillParams& p, const PrefillWork&
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp / 4;
   stage_query<T, F, D, QT>(p, c, smem);
   const ConsumerRows<1> rows(p, c, 64 * wg + 16 * (warp % 4), lane);
-  const int q_min = c.sq.first + c.wk.tile_token;
+  const int q_min = c.sq.first + c.wk.tile_token + c.row0 / p.group;  // the CTA's first query position
   const uint32_t q_base = smem_u32(smem + T::kQ) + T::q_chunk(64 * wg, 0);
 
   float m[1][2] = {{-INFINITY, -INFINITY}}, lsum[1][2] = {{0.0f, 0.0f}}, o[1][DT][4];

@@ -50,6 +50,7 @@ struct PrefillParams : AttendParams {
   int n_seqs, n_works, rows;
   double* row_total;  // [rows][q_heads], for the page scores
   int tile_tokens, tokens_per_page;
+  int tile_rows;     // query rows of a plan tile (PrefillTiling::rows); a CTA of fewer takes a part
   uint32_t formats;  // bit f: this launch attends the works of format f (others return at once)
 };
 
@@ -206,10 +207,12 @@ struct PrefillWork {
   const PlanEntry* entries;
   int w, h;
   int slot, span;  // keys a page takes in the split's key index space, and the page's token span
+  int row0;        // the first of the plan tile's rows this CTA attends (its part times its rows)
 };
 
-__device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, int key_tile) {
+__device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, int key_tile, int row0) {
   PrefillWork c;
+  c.row0 = row0;
   c.wk = reinterpret_cast<const PrefillWorkRec*>(p.plan + p.off_work)[w];
   c.sp = reinterpret_cast<const PlanSplit*>(p.plan + p.off_split)[c.wk.split];
   c.sq = reinterpret_cast<const PrefillSeqRec*>(p.plan + p.off_seq)[c.sp.seq];
@@ -222,11 +225,13 @@ __device__ inline PrefillWork load_work(const PrefillParams& p, int w, int h, in
 }
 
 // ---- what both consumers share
-// Four query elements d4..d4+3 of tile row r (token r / G, head r % G of the tile's GQA group) from
-// q (or its rotation), times qscale; zeros for a padding row past the tile's tokens.
+// Four query elements d4..d4+3 of the CTA's row r, tile row c.row0 + r (token (c.row0 + r) / G, head
+// (c.row0 + r) % G of the tile's GQA group) from q (or its rotation), times qscale; zeros for a padding
+// row past the tile's tokens.
 template <int D>
 __device__ inline float4 load_query4(const PrefillParams& p, const PrefillWork& c, const float* qsrc, int r, int d4,
                                      int tile_rows, float qscale) {
+  r += c.row0;
   const int G = p.group, tok = r / G;
   if (tok >= tile_rows) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const size_t o =
@@ -261,13 +266,14 @@ __device__ void stage_query(const PrefillParams& p, const PrefillWork& c, uint8_
   named_sync(T::kConsumersBar, T::kConsumers);
 }
 
-// A consumer thread's rows: row_base + 16 mi + g + 8 i for its MI m16 tiles and the two halves of each.
+// A consumer thread's rows of the plan tile: c.row0 + row_base + 16 mi + g + 8 i for its MI m16 tiles and
+// the two halves of each (row_base: the first of its warp's rows in the CTA).
 template <int MI>
 struct ConsumerRows {
   int base, g, t4;
   int qpos[MI][2];  // -1 for a padding row, which then masks every key
   __device__ ConsumerRows(const PrefillParams& p, const PrefillWork& c, int row_base, int lane)
-      : base(row_base), g(lane >> 2), t4(lane & 3) {
+      : base(c.row0 + row_base), g(lane >> 2), t4(lane & 3) {
     const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)

@@ -1,5 +1,6 @@
 // The consumers of the copy-engine prefill CTA (prefill_tma_tile.cuh has its layout, producers and
-// hand-off): one warpgroup per 64 query rows, two at head_dim <= 128 and one at 256.
+// hand-off): one warpgroup per 64 query rows, two to a CTA (one where two query terms at head_dim 256
+// leave room for only 64 rows).
 //
 // Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 wgmmas (bf16 for
 // BF16 pages, fp16 for FP8 and TQ3 pages, whose codes and levels are exact in fp16; TQ3 against the
@@ -44,10 +45,10 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
   float qinv[1][2] = {{1.0f, 1.0f}};  // E4M3 queries: 1 / each row's scaling
   if constexpr (kE4m3) {
     const float* inv = reinterpret_cast<const float*>(smem + T::kQScale);
-    qinv[0][0] = inv[rows.row(0, 0)];
-    qinv[0][1] = inv[rows.row(0, 1)];
+    qinv[0][0] = inv[rows.row(0, 0) - c.row0];  // indexed by the CTA's own rows
+    qinv[0][1] = inv[rows.row(0, 1) - c.row0];
   }
-  const int q_min = c.sq.first + c.wk.tile_token;
+  const int q_min = c.sq.first + c.wk.tile_token + c.row0 / p.group;  // the CTA's first query position
   const uint32_t sbase = smem_u32(smem), q_base = sbase + T::kQ + wg * 64 * 128;
 
   float m[1][2] = {{-INFINITY, -INFINITY}}, lsum[1][2] = {{0.0f, 0.0f}}, o[1][DT][4];

@@ -83,7 +83,10 @@ inline constexpr bool kFp8QkWgmma = MINIMAKV_PREFILL_FP8_QK != 0 && F == codec::
 
 template <int D, int QT, codec::PageFormat F>
 struct TmaTile {
-  static constexpr int kRows = prefill_tile_rows(D);  // 128 (two consumer warpgroups), 64 at head_dim 256
+  // 128 rows, two consumer warpgroups (at head_dim 256 too, where each holds a 64 x 256 fp32 output);
+  // 64, one warpgroup, where two query terms or E4M3 terms at head_dim 256 would not fit beside two
+  // K/V stages: that CTA takes the plan tile in two parts (PrefillParams::tile_rows).
+  static constexpr int kRows = D > 128 && (QT == 2 || kFp8QkWgmma<F, D>) ? 64 : prefill_tma_tile_rows(D);
   static constexpr int kKeys = prefill_tma_key_tile(D);
   static constexpr int kGroups = kRows / 64;
   static constexpr int kConsumerWarps = 4 * kGroups;

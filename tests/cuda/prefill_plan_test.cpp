@@ -56,7 +56,8 @@ TEST(PrefillPlan, EveryVisiblePageIsReadOnceByItsRowsTile) {
     const bool tma = trial % 2 == 1;  // both kernels' tilings
     const auto plan = cuda::make_prefill_plan(c.seqs, c.shape, cuda::prefill_tiling(c.shape.head_dim, tma), split_tokens);
     const int B = c.shape.tokens_per_page, G = c.shape.q_heads / c.shape.kv_heads;
-    ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 ? 64 : 128) / G);
+    // 128 query rows a tile, but for the decoding kernels' 64 at head_dim 256.
+    ASSERT_EQ(plan.tile_tokens, (c.shape.head_dim > 128 && !tma ? 64 : 128) / G);
     // Keys per tile of each format: the decoding kernels' for TQ4 (and TQ3 at head_dim 64), twice as many
     // for BF16, FP8 and TQ3 read by the copy engine.
     std::array<int, codec::kNumPageFormats> kt{}, slots{};
@@ -240,7 +241,10 @@ TEST(PrefillPlan, TheCopyEngineTilesTheFormatsItReads) {
   for (const int d : {64, 128, 256}) {
     const auto plain = cuda::prefill_tiling(d, false), tma = cuda::prefill_tiling(d, true);
     SCOPED_TRACE("d=" + std::to_string(d));
-    EXPECT_EQ(tma.rows, plain.rows);
+    // The copy-engine CTA's two consumer warpgroups take 128 rows at head_dim 256 too (the decoding
+    // CTA 64 there, which then takes a copy-engine plan's tile in two parts).
+    EXPECT_EQ(tma.rows, 128);
+    EXPECT_EQ(plain.rows, d > 128 ? 64 : 128);
     for (const auto f : {PageFormat::kBf16, PageFormat::kFp8}) {
       EXPECT_TRUE(cuda::prefill_tma_reads(d, f));
       EXPECT_EQ(tma.keys[i(f)], cuda::prefill_tma_key_tile(d));

@@ -34,6 +34,14 @@ MINIMAKV_HD constexpr int prefill_tile_rows(int head_dim) {
 MINIMAKV_HD constexpr int prefill_key_tile(int head_dim) {
   return head_dim > 128 ? 32 : 64;
 }
+// Query rows of a plan tile for cuda::PrefillKernel::kTma: 128 at every head_dim. At head_dim 256 its
+// copy-engine CTA runs them as two consumer warpgroups of 64 rows, so one's softmax runs under the
+// other's products and each K/V tile serves twice the rows; a CTA of fewer rows (the decoding CTA at
+// head_dim 256, the copy-engine CTA with two query terms there) takes the tile in 64-row parts, one CTA
+// each.
+MINIMAKV_HD constexpr int prefill_tma_tile_rows(int /*head_dim*/) {
+  return 128;
+}
 // Keys of one BF16 or FP8 tile where the copy engine fills shared memory (BF16 pages as the operands
 // themselves, FP8 codes widened in place; cuda::PrefillKernel::kTma): twice as many, so each QK^T
 // instruction is 128 keys wide (64 at head_dim 256).
@@ -57,7 +65,7 @@ constexpr bool prefill_tma_reads(int head_dim, codec::PageFormat f) {
 // tma: the tiling of cuda::PrefillKernel::kTma (the copy engine's key tiles for the formats it reads).
 constexpr PrefillTiling prefill_tiling(int head_dim, bool tma) {
   PrefillTiling t;
-  t.rows = prefill_tile_rows(head_dim);
+  t.rows = tma ? prefill_tma_tile_rows(head_dim) : prefill_tile_rows(head_dim);
   t.keys.fill(prefill_key_tile(head_dim));
   if (tma)
     for (int f = 0; f < codec::kNumPageFormats; ++f)
@@ -86,7 +94,7 @@ struct PrefillWorkRec {
 };
 
 struct PrefillPlan {
-  int tile_tokens = 0;  // query tokens per tile: prefill_tile_rows / GQA ratio
+  int tile_tokens = 0;  // query tokens per tile: tiling.rows / GQA ratio
   PrefillTiling tiling;  // the kernel's tiling the plan was made for
   std::vector<PrefillSeqRec> seqs;
   std::vector<PlanEntry> entries;        // grouped by (sequence, format), logical order inside a group
@@ -100,7 +108,9 @@ struct PrefillPlan {
   std::vector<MergeRow> merge_rows;      // [rows]
   int rows = 0;
   int64_t stats_size = 0;  // floats of page_m (and of page_l): sum of n * pages * q_heads
-  std::array<uint64_t, codec::kNumPageFormats> key_reads{};  // (key token, KV head) rows the CTAs read
+  // (key token, KV head) rows read by one CTA per work; a CTA that takes the tile in parts reads them once
+  // per part (PrefillWorkspace::run counts those reads in its DecodeStats).
+  std::array<uint64_t, codec::kNumPageFormats> key_reads{};
 };
 
 // Keys a split's tiles address per page: whole key tiles for pages of at least one tile, else the page
