@@ -65,15 +65,16 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     const int b = T::k_stage(t);
     mbarrier_wait(sbase + T::full_k(b), T::k_parity(t));
     if constexpr (kE4m3) {
-      // The raw codes (upper half of the K buffer: boxes of 128 codes, K-major, 128-byte swizzle); a
-      // k32 step is 32 bytes, four to a 128-byte block of the query's and the codes' rows.
-      const uint32_t kb = sbase + T::k_tile(b) + T::kHalfTile / 2;
+      // The raw codes (Fp8Raw: boxes of 128 codes, K-major, 128-byte swizzle, box b on column block
+      // 2b + 1 of the K buffer); a k32 step is 32 bytes, four to a 128-byte block of the query's and the
+      // codes' rows.
+      const uint32_t kb = sbase + T::k_tile(b);
 #pragma unroll
       for (int qt = 0; qt < T::kFp8QTerms; ++qt)
 #pragma unroll
         for (int kk = 0; kk < D / 32; ++kk)
           wgmma_ss_e4m3<K>(s_acc, gmma_desc_sw128(q_base + qt * T::kQTerm8 + (kk / 4) * T::kQBlock + (kk % 4) * 32, 16, 1024),
-                           gmma_desc_sw128(kb + (kk / 4) * K * 128 + (kk % 4) * 32, 16, 1024), qt | kk);
+                           gmma_desc_sw128(kb + Fp8Raw<D>::box_at(K, kk / 4) + (kk % 4) * 32, 16, 1024), qt | kk);
       wgmma_commit();
       return;
     }

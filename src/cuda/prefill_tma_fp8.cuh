@@ -2,20 +2,22 @@
 // hand-off; the consumers are prefill_tma_consume.cuh's, on fp16 operands).
 //
 // Owns: how FP8 codes reach the consumers' swizzled fp16 tiles. The copy engine brings a tile's raw
-// codes (one byte a scalar) into the upper half of the very buffer their fp16 values will fill; the
-// producer threads widen them in place (E4M3 is exact in fp16; V rows times their scale, rounded once,
+// codes (one byte a scalar) into the very buffer their fp16 values will fill (Fp8Raw, prefill_tma_tile.cuh);
+// the producer threads widen them in place (E4M3 is exact in fp16; V rows times their scale, rounded once,
 // as the decoding CTA does; K scales go to the softmax through the stage's meta). No staging ring: the
 // raw half-tile costs no shared memory of its own, so the stages are those of the BF16 CTA.
-// Raw layout (in a K or V buffer X of kHalfTile bytes): R = X + kHalfTile / 2; head_dim <= 128: one box
-// of kKeys rows of D bytes; 256: two boxes (codes 0-127, 128-255) of kKeys rows of 128 bytes, the second
-// kKeys x 128 bytes after the first. Rows of 128 bytes use the copy engine's 128-byte swizzle (16-byte
-// chunk q of row j at q ^ (j mod 8)), rows of 64 bytes its 64-byte swizzle (q ^ ((j / 2) mod 4)), so
-// that a warp reading one chunk of 32 rows hits every bank once per 8 rows.
+// Raw layout (in a K or V buffer X of kHalfTile bytes, Fp8Raw::box_at): the boxes in the upper half
+// (X + kHalfTile / 2), one after the other: head_dim 64 one box of kKeys rows of 64 bytes, 128 one box
+// of 128-byte rows, 256 two (codes 0-127, 128-255). Rows of 128 bytes use the copy engine's 128-byte
+// swizzle (16-byte chunk q of row j at q ^ (j mod 8)), rows of 64 bytes its 64-byte swizzle
+// (q ^ ((j / 2) mod 4)), so that a warp reading one chunk of 32 rows hits every bank once per 8 rows.
 // Widening in place: each thread owns one raw row (head_dim 256: one box of one row) and reads only
-// bytes it copied or waited for. At head_dim 128 the fp16 row's second block is exactly the raw row's
-// bytes, so a thread reads its four upper chunks before it writes them; at 64 and 256 an output row
-// covers other threads' raw rows, so every thread reads its whole raw row, the producers meet at a
-// barrier, then all write.
+// bytes it copied or waited for. At head_dim 128 the fp16 row's block 1 is exactly the raw row's bytes
+// and block 0 holds no codes, so a thread widens its four lower chunks into block 0, reads its four
+// upper chunks, then writes them: no producer waits for another (Fp8Raw::kBlockPerBox; the lab's
+// MINIMAKV_PREFILL_FP8_RAW_BLOCKS=1 does the same at 256, box b on block 2b + 1). At 64 and 256 an
+// output row covers other threads' raw rows, so every thread reads its whole raw row, the producers
+// meet at a barrier, then all write.
 // Pipeline per tile t, as many K stages as V stages: widen and publish K(t), copy V(t)'s codes once its
 // stage is released, then K(t + 1)'s once its stage is, then widen and publish V(t): both copies are in
 // flight together. One K stage more than V (kLag): widen and publish K(t), copy K(t + 1)'s codes, widen
@@ -30,38 +32,98 @@
 
 namespace minimakv::cuda::detail {
 
-template <int D>
-struct Fp8Raw {
-  static constexpr int kRowBytes = D < 128 ? D : 128;  // bytes of one box row
-  static constexpr int kChunks = kRowBytes / 16;       // raw 16-byte chunks a thread owns
-  __device__ static constexpr int swz(int j) { return kRowBytes == 128 ? (j & 7) : ((j >> 1) & 3); }
-};
+// Kernel-lab switches on how the producer widens codes (all off by default; H100 results in
+// docs/benchmarks.md: V_HALF +4% FP8 at head_dim 128, not yet promoted (its GPU tests did not finish);
+// SHIFT 5-10% slower; V_AHEAD 1-4% slower at head_dim 128):
+// MINIMAKV_PREFILL_FP8_V_HALF: V times its scale as one fp16x2 multiply (the scale rounded to fp16
+// first, so a value rounds twice), instead of through fp32 with a conversion each way.
+// MINIMAKV_PREFILL_FP8_SHIFT: E4M3 widened by integer bit moves to fp16 x 2^-8 (exact, subnormals
+// included: the 4-bit exponent and 3-bit mantissa drop into the fp16 fields with a zero bit before
+// them), the K and V scales carrying the 2^8; tests whether the conversion pipe bounds the producer. A
+// NaN code reads as 480 under it.
+// MINIMAKV_PREFILL_FP8_V_AHEAD: V(t + 1)'s copy is issued right after V(t) is widened, not after
+// K(t + 1)'s (equal K and V stage counts only).
+#ifndef MINIMAKV_PREFILL_FP8_V_HALF
+#define MINIMAKV_PREFILL_FP8_V_HALF 0
+#endif
+#ifndef MINIMAKV_PREFILL_FP8_SHIFT
+#define MINIMAKV_PREFILL_FP8_SHIFT 0
+#endif
+#ifndef MINIMAKV_PREFILL_FP8_V_AHEAD
+#define MINIMAKV_PREFILL_FP8_V_AHEAD 0
+#endif
+inline constexpr float kFp8WidenScale = MINIMAKV_PREFILL_FP8_SHIFT ? 256.0f : 1.0f;  // what widened codes lack
 
-// Widens row j (box `box`) of the raw half-tile in buffer X (generic pointer) to fp16 in T's layout.
+// Two E4M3 codes (the low 16 bits of `pair`) as fp16x2 of their values times 2^-8: each byte moved to
+// the top of its half, shifted right by one (its sign lands on bit 14), then the sign carried up to
+// bit 15 by adding bit 14 to itself.
+__device__ inline uint32_t fp8x2_to_half2_shifted(uint32_t pair) {
+  const uint32_t t = __byte_perm(pair, 0u, 0x1404u) >> 1;  // byte 0 -> bits 7..14, byte 1 -> 23..30
+  return t + (t & 0x40004000u);
+}
+
+// Sixteen E4M3 codes as sixteen fp16 values (two 16-byte chunks) for the copy-engine CTA, times
+// `scale` when scaled (times 2^-8 more under MINIMAKV_PREFILL_FP8_SHIFT).
+template <bool Scaled>
+__device__ inline void widen16_tma(const uint4& x, float scale, uint4& lo, uint4& hi) {
+  if constexpr (!MINIMAKV_PREFILL_FP8_V_HALF && !MINIMAKV_PREFILL_FP8_SHIFT) {
+    widen16<Scaled>(x, scale, lo, hi);
+  } else {
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    uint32_t h[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (MINIMAKV_PREFILL_FP8_SHIFT) {
+        h[2 * q] = fp8x2_to_half2_shifted(w[q]);
+        h[2 * q + 1] = fp8x2_to_half2_shifted(w[q] >> 16);
+      } else {
+        h[2 * q] = fp8x2_to_half2(w[q]);
+        h[2 * q + 1] = fp8x2_to_half2(w[q] >> 16);
+      }
+    }
+    if constexpr (Scaled) {
+      const __half2 s2 = __float2half2_rn(scale);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if constexpr (MINIMAKV_PREFILL_FP8_V_HALF) {
+          const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[q]), s2);
+          h[q] = *reinterpret_cast<const uint32_t*>(&v);
+        } else {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[q]));
+          h[q] = pack_half2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+        }
+      }
+    }
+    lo = make_uint4(h[0], h[1], h[2], h[3]);
+    hi = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+}
+
+// Widens row j (box `box`) of the raw codes in buffer X (generic pointer) to fp16 in T's layout.
 template <class T, int D, bool Scaled>
 __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
   using R = Fp8Raw<D>;
   constexpr int K = T::kKeys;
-  uint8_t* raw = X + T::kHalfTile / 2 + box * K * R::kRowBytes + j * R::kRowBytes;
+  uint8_t* raw = X + R::box_at(K, box) + j * R::kRowBytes;
   auto raw_chunk = [&](int q) { return *reinterpret_cast<const uint4*>(raw + 16 * (q ^ R::swz(j))); };
   auto out = [&](int c) -> uint4& { return *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)); };
   const int c0 = box * 2 * R::kChunks;  // first output chunk of this thread's codes
-  if constexpr (D == 128) {
-    // Output block 0 lies below the raw half; block 1's row j is raw row j itself.
+  if constexpr (R::kBlockPerBox) {
+    // Output block 2 box holds no codes; row j of block 2 box + 1 is raw row j itself.
 #pragma unroll
-    for (int q = 0; q < 4; ++q) widen16<Scaled>(raw_chunk(q), scale, out(2 * q), out(2 * q + 1));
+    for (int q = 0; q < 4; ++q) widen16_tma<Scaled>(raw_chunk(q), scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
     uint4 x[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) x[q] = raw_chunk(4 + q);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) widen16<Scaled>(x[q], scale, out(8 + 2 * q), out(9 + 2 * q));
+    for (int q = 0; q < 4; ++q) widen16_tma<Scaled>(x[q], scale, out(c0 + 8 + 2 * q), out(c0 + 9 + 2 * q));
   } else {
     uint4 x[R::kChunks];
 #pragma unroll
     for (int q = 0; q < R::kChunks; ++q) x[q] = raw_chunk(q);
     named_sync(T::kProducersBar, 128);  // every raw row is read before any is overwritten
 #pragma unroll
-    for (int q = 0; q < R::kChunks; ++q) widen16<Scaled>(x[q], scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
+    for (int q = 0; q < R::kChunks; ++q) widen16_tma<Scaled>(x[q], scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
   }
 }
 
@@ -86,7 +148,6 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   // Tile t's codes of K or V into the raw half of buffer X (shared address xs), by the copy engine
   // (the first thread issues, completing on `bar`) or by each thread's zero-filling cp.async.
   auto copy_raw = [&](int t, bool v, bool by_tma, const KeySlot& k, uint32_t xs, uint32_t bar) {
-    const uint32_t rs = xs + T::kHalfTile / 2;
     if (by_tma) {
       if (pt == 0) {
         const CUtensorMap* map = v ? &tp.v8_map : &tp.k8_map;
@@ -95,13 +156,13 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
           const BoxOrigin o = box_origin(c, t * K + s * tp.box_rows);
 #pragma unroll
           for (int bx = 0; bx < kBoxes; ++bx)
-            tma_load_4d(rs + bx * K * R::kRowBytes + s * tp.box_rows * R::kRowBytes, map, bx * R::kRowBytes, o.tok, c.h,
+            tma_load_4d(xs + R::box_at(K, bx) + s * tp.box_rows * R::kRowBytes, map, bx * R::kRowBytes, o.tok, c.h,
                         o.page, bar);
         }
       }
     } else {
       const uint8_t* src = pool.row(k, v, box * R::kRowBytes);
-      const uint32_t dst = rs + box * K * R::kRowBytes + j * R::kRowBytes;
+      const uint32_t dst = xs + R::box_at(K, box) + j * R::kRowBytes;
 #pragma unroll
       for (int q = 0; q < R::kChunks; ++q) cp_async16_zfill(dst + 16 * (q ^ R::swz(j)), src + 16 * q, k.page != nullptr);
       cp_async_commit();
@@ -125,8 +186,8 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& vscale) {
     const int b = T::k_stage(t);
     k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma8, by_tma);
-    const float kscale = pool.meta<float>(k, pool.L.k_meta);
-    vscale = pool.meta<float>(k, pool.L.v_meta);
+    const float kscale = pool.meta<float>(k, pool.L.k_meta) * (kDirectK ? 1.0f : kFp8WidenScale);  // exact: 2^n
+    vscale = pool.meta<float>(k, pool.L.v_meta) * kFp8WidenScale;
     if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
     write_tma_meta<T>(smem, b, pt, k, kscale);
     if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy
@@ -181,9 +242,16 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
     if constexpr (T::kLag == 0) {
       // V(t)'s stage is released before K(t + 1)'s (the consumers free V after PV and K after the
       // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
-      copy_v(t, cur, cur_tma);
-      if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
-      finish_v(t, cur_tma, cur_vscale);
+      if constexpr (MINIMAKV_PREFILL_FP8_V_AHEAD) {
+        if (t == 0) copy_v(0, cur, cur_tma);
+        if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+        finish_v(t, cur_tma, cur_vscale);
+        if (t + 1 < n) copy_v(t + 1, k, by_tma);
+      } else {
+        copy_v(t, cur, cur_tma);
+        if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+        finish_v(t, cur_tma, cur_vscale);
+      }
     } else {
       // One K stage more than V: K(t + 1)'s stage was released two tiles ago, so its copy goes first;
       // V(t - 1), which the consumers need with K(t), was copied during the last step; V(t)'s copy

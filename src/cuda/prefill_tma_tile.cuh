@@ -154,6 +154,29 @@ struct TmaTile {
   static constexpr int kEnt = kKeys, kScale = 2 * kKeys, kMaxPos = 3 * kKeys;
 };
 
+// Where the copy engine puts an FP8 tile's raw codes in its K or V buffer (prefill_tma_fp8.cuh widens
+// them in place; the lab's E4M3 QK^T reads K's there): boxes of kRowBytes-byte rows, box b of a tile of
+// `keys` rows at box_at(keys, b): the boxes one after the other in the buffer's upper half. At head_dim
+// 128 the one box is then column block 1, the block its upper 64 fp16 values fill (kBlockPerBox), so
+// a producer widens its row without waiting for another. Kernel lab: MINIMAKV_PREFILL_FP8_RAW_BLOCKS=1
+// puts head_dim 256's box b on column block 2b + 1 as well (no producer barrier; lost on an H100:
+// FP8 2-4% slower, mixed 1-2%, docs/benchmarks.md).
+#ifndef MINIMAKV_PREFILL_FP8_RAW_BLOCKS
+#define MINIMAKV_PREFILL_FP8_RAW_BLOCKS 0
+#endif
+template <int D>
+struct Fp8Raw {
+  static constexpr int kRowBytes = D < 128 ? D : 128;  // bytes of one box row
+  static constexpr int kChunks = kRowBytes / 16;       // raw 16-byte chunks a thread owns
+  // Box b's row j is row j of the fp16 tile's column block 2b + 1 (head_dim 128 always).
+  static constexpr bool kBlockPerBox = D == 128 || (D > 128 && MINIMAKV_PREFILL_FP8_RAW_BLOCKS != 0);
+  __device__ static constexpr int swz(int j) { return kRowBytes == 128 ? (j & 7) : ((j >> 1) & 3); }
+  __device__ static constexpr uint32_t box_at(int keys, int b) {
+    return kBlockPerBox ? static_cast<uint32_t>((2 * b + 1) * keys * 128)
+                        : static_cast<uint32_t>(keys * D + b * keys * kRowBytes);
+  }
+};
+
 // How the widening producers (FP8, TQ3) publish a tile: 1, every producer thread arrives on the FULL
 // barrier after its own proxy fence, so no producer waits for another; 0 (kernel lab), the producers
 // meet at their named barrier and the first thread arrives once, as the BF16 producer does.
