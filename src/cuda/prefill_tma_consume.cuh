@@ -65,9 +65,8 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     const int b = T::k_stage(t);
     mbarrier_wait(sbase + T::full_k(b), T::k_parity(t));
     if constexpr (kE4m3) {
-      // The raw codes (Fp8Raw: boxes of 128 codes, K-major, 128-byte swizzle, box b on column block
-      // 2b + 1 of the K buffer); a k32 step is 32 bytes, four to a 128-byte block of the query's and the
-      // codes' rows.
+      // The raw codes (boxes of 128 codes, K-major, 128-byte swizzle, box b at Fp8Raw::box_at in the K
+      // buffer); a k32 step is 32 bytes, four to a 128-byte block of the query's and the codes' rows.
       const uint32_t kb = sbase + T::k_tile(b);
 #pragma unroll
       for (int qt = 0; qt < T::kFp8QTerms; ++qt)
