@@ -145,7 +145,9 @@ __global__ void __launch_bounds__(TmaTile<D, QT, F>::kThreads, 1)
   const PrefillWork c = load_work(p, w, h, T::kKeys, part * T::kRows);
   if (static_cast<int>(threadIdx.x) >= T::kConsumers) {
     if constexpr (T::kGroups == 2) setmaxnreg_dec<kProducerRegs>();
-    if constexpr (F == codec::PageFormat::kFp8)
+    if constexpr (F == codec::PageFormat::kFp8 && T::kFp8Ring)
+      prefill_produce_fp8_ring<D, QT>(tp, c, smem);
+    else if constexpr (F == codec::PageFormat::kFp8)
       prefill_produce_fp8<D, QT>(tp, c, smem);
     else if constexpr (F == codec::PageFormat::kTq3)
       prefill_produce_tq3<D, QT>(tp, c, smem);

@@ -5,7 +5,8 @@
 // Owns: a consumer warpgroup's loop over the key tiles. Per tile: S = Q K^T as m64nKk16 wgmmas (bf16 for
 // BF16 pages, fp16 for FP8 and TQ3 pages, whose codes and levels are exact in fp16; TQ3 against the
 // rotated query), both operands in shared memory (K-major, 128-byte swizzle), the shared softmax step
-// (prefill_tile.cuh) on the accumulators with FP8's K scales or TQ3's K alphas, then O += P V as m64nDk16
+// (prefill_tile.cuh) on the accumulators (with FP8's K scales or TQ3's K alphas only where the producer
+// left them out of K, i.e. with page scores: kKeyScaledByProducer), then O += P V as m64nDk16
 // wgmmas with P from registers and V (FP8, TQ3: scaled) read MN-major.
 // Loop order: PV(t - 1) and QK^T(t) are issued together and retired together, then the softmax of tile
 // t rescales O; with two consumer warpgroups one's softmax runs under the other's products. Kernel lab:
@@ -109,7 +110,9 @@ __device__ void prefill_consume_tma(const PrefillParams& p, const PrefillWork& c
     const int4 mx = *reinterpret_cast<const int4*>(kpos + T::kMaxPos);
     const bool masked = max(max(mx.x, mx.y), max(mx.z, mx.w)) > q_min;
     float mref[1][2];
-    softmax_step<F>(s, o, m, lsum, mref, rows, kpos, reinterpret_cast<const float*>(kpos + T::kScale), masked,
+    // Where the producer scaled K's rows (kKeyScaledByProducer) the logits need no key scales.
+    constexpr codec::PageFormat kSoftmaxF = kKeyScaledByProducer<F, D, QT> ? codec::PageFormat::kBf16 : F;
+    softmax_step<kSoftmaxF>(s, o, m, lsum, mref, rows, kpos, reinterpret_cast<const float*>(kpos + T::kScale), masked,
                     deferred, kE4m3 ? qinv : nullptr);
     if constexpr (QT == 2) pages.add(p, c, rows, s, mref, kpos + T::kEnt, K);
   };

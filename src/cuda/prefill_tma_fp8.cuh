@@ -3,9 +3,11 @@
 //
 // Owns: how FP8 codes reach the consumers' swizzled fp16 tiles. The copy engine brings a tile's raw
 // codes (one byte a scalar) into the very buffer their fp16 values will fill (Fp8Raw, prefill_tma_tile.cuh);
-// the producer threads widen them in place (E4M3 is exact in fp16; V rows times their scale, rounded once,
-// as the decoding CTA does; K scales go to the softmax through the stage's meta). No staging ring: the
-// raw half-tile costs no shared memory of its own, so the stages are those of the BF16 CTA.
+// the producer threads widen them in place (E4M3 is exact in fp16; V rows, and with one query term K
+// rows too, times their scale as fp16x2, the scale rounded to fp16 first; with page scores K scales go to
+// the softmax through the stage's meta). No staging ring: the raw half-tile costs no shared memory of its
+// own, so the stages are those of the BF16 CTA. At head_dim 128 with one query term the codes land in a
+// ring of their own instead (prefill_produce_fp8_ring, at the end of this file), which fits there.
 // Raw layout (in a K or V buffer X of kHalfTile bytes, Fp8Raw::box_at): the boxes in the upper half
 // (X + kHalfTile / 2), one after the other: head_dim 64 one box of kKeys rows of 64 bytes, 128 one box
 // of 128-byte rows, 256 two (codes 0-127, 128-255). Rows of 128 bytes use the copy engine's 128-byte
@@ -32,11 +34,11 @@
 
 namespace minimakv::cuda::detail {
 
-// Kernel-lab switches on how the producer widens codes (all off by default; H100 results in
-// docs/benchmarks.md: V_HALF +4% FP8 at head_dim 128, not yet promoted (its GPU tests did not finish);
-// SHIFT 5-10% slower; V_AHEAD 1-4% slower at head_dim 128):
-// MINIMAKV_PREFILL_FP8_V_HALF: V times its scale as one fp16x2 multiply (the scale rounded to fp16
-// first, so a value rounds twice), instead of through fp32 with a conversion each way.
+// Kernel-lab switches on how the producer widens codes (H100 results in docs/benchmarks.md):
+// MINIMAKV_PREFILL_FP8_V_HALF (default 1; 0 is the former widening, 4% slower at head_dim 128): a row
+// times its scale as one fp16x2 multiply (the scale rounded to fp16 first, so a value rounds twice:
+// 2^-11 relative at most each time, far below E4M3's own 2^-4), instead of through fp32 with a
+// conversion each way. SHIFT (5-10% slower) and V_AHEAD (1-4% slower at head_dim 128) stay off.
 // MINIMAKV_PREFILL_FP8_SHIFT: E4M3 widened by integer bit moves to fp16 x 2^-8 (exact, subnormals
 // included: the 4-bit exponent and 3-bit mantissa drop into the fp16 fields with a zero bit before
 // them), the K and V scales carrying the 2^8; tests whether the conversion pipe bounds the producer. A
@@ -44,7 +46,7 @@ namespace minimakv::cuda::detail {
 // MINIMAKV_PREFILL_FP8_V_AHEAD: V(t + 1)'s copy is issued right after V(t) is widened, not after
 // K(t + 1)'s (equal K and V stage counts only).
 #ifndef MINIMAKV_PREFILL_FP8_V_HALF
-#define MINIMAKV_PREFILL_FP8_V_HALF 0
+#define MINIMAKV_PREFILL_FP8_V_HALF 1
 #endif
 #ifndef MINIMAKV_PREFILL_FP8_SHIFT
 #define MINIMAKV_PREFILL_FP8_SHIFT 0
@@ -133,6 +135,7 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   using R = Fp8Raw<D>;
   constexpr int K = T::kKeys, kBoxes = D / R::kRowBytes;
   constexpr bool kDirectK = kFp8QkWgmma<codec::PageFormat::kFp8, D>;  // K's codes are not widened
+  constexpr bool kScaledK = kKeyScaledByProducer<codec::PageFormat::kFp8, D, QT>;  // K widened times its scale
   static_assert(kBoxes * K == 128, "one raw row (or box row) per producer thread");
   static_assert(!kDirectK || kPublishByEach, "FULL_K counts every producer thread's arrival");
   const PrefillParams& p = tp.p;
@@ -183,13 +186,13 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   // Tile t's key slot and whether the copy engine can fill it (the BF16 producer's rule: every row
   // holds one of its page's tokens or lies past the page's span), its meta, and its K codes on the way.
   KeyCursor cursor(c, j);
-  auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& vscale) {
+  auto start_tile = [&](int t, KeySlot& k, bool& by_tma, float& kscale, float& vscale) {
     const int b = T::k_stage(t);
     k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma8, by_tma);
-    const float kscale = pool.meta<float>(k, pool.L.k_meta) * (kDirectK ? 1.0f : kFp8WidenScale);  // exact: 2^n
+    kscale = pool.meta<float>(k, pool.L.k_meta) * (kDirectK ? 1.0f : kFp8WidenScale);  // exact: 2^n
     vscale = pool.meta<float>(k, pool.L.v_meta) * kFp8WidenScale;
     if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
-    write_tma_meta<T>(smem, b, pt, k, kscale);
+    write_tma_meta<T>(smem, b, pt, k, kScaledK ? 1.0f : kscale);
     if (by_tma && pt == 0) fence_proxy_async();  // earlier generic reads of this buffer before the copy
     if constexpr (kDirectK) {
       // The codes are the consumers' operand: the copy completes FULL_K itself (the first thread's
@@ -225,15 +228,15 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   const int n = c.wk.key_tiles;
   KeySlot k{};
   bool by_tma = false;
-  float vscale = 0.0f;
-  start_tile(0, k, by_tma, vscale);
+  float kscale = 0.0f, vscale = 0.0f;  // of the tile start_tile began last
+  start_tile(0, k, by_tma, kscale, vscale);
   bool lag_tma = false;  // kLag: the vote and V scale of the tile whose V codes are in flight
   float lag_vscale = 0.0f;
   for (int t = 0; t < n; ++t) {
     if constexpr (!kDirectK) {
       const int b = T::k_stage(t);
       await_raw(t, false, by_tma);
-      widen_row<T, D, false>(smem + T::k_tile(b), j, box, 1.0f);
+      widen_row<T, D, kScaledK>(smem + T::k_tile(b), j, box, kscale);  // tile t's: t + 1 starts below
       publish(T::full_k(b));  // also publishes the meta written in start_tile
     }
     const KeySlot cur = k;
@@ -244,19 +247,19 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
       // softmax that reads its positions), so V(t)'s copy goes first and K(t + 1)'s flies while it lands.
       if constexpr (MINIMAKV_PREFILL_FP8_V_AHEAD) {
         if (t == 0) copy_v(0, cur, cur_tma);
-        if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+        if (t + 1 < n) start_tile(t + 1, k, by_tma, kscale, vscale);
         finish_v(t, cur_tma, cur_vscale);
         if (t + 1 < n) copy_v(t + 1, k, by_tma);
       } else {
         copy_v(t, cur, cur_tma);
-        if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+        if (t + 1 < n) start_tile(t + 1, k, by_tma, kscale, vscale);
         finish_v(t, cur_tma, cur_vscale);
       }
     } else {
       // One K stage more than V: K(t + 1)'s stage was released two tiles ago, so its copy goes first;
       // V(t - 1), which the consumers need with K(t), was copied during the last step; V(t)'s copy
       // waits for the PV of tile t - 2 and flies during the next step.
-      if (t + 1 < n) start_tile(t + 1, k, by_tma, vscale);
+      if (t + 1 < n) start_tile(t + 1, k, by_tma, kscale, vscale);
       if (t > 0) finish_v(t - 1, lag_tma, lag_vscale);
       copy_v(t, cur, cur_tma);
       lag_tma = cur_tma;
@@ -265,6 +268,137 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
   }
   if constexpr (T::kLag == 1)
     if (n > 0) finish_v(n - 1, lag_tma, lag_vscale);
+}
+
+// ---- the FP8 raw ring (head_dim 128, one query term; MINIMAKV_PREFILL_FP8_RING=0 is the in-place
+// producer above, 10-16% slower there on an H100)
+// The in-place producer above can copy a tile's codes only once the consumers released the fp16
+// stage they land in, so V(t)'s copy is issued right before the producer needs it and its latency sits
+// on the path to every tile. Here the codes land in a ring of their own (TmaTile::kFp8RingK K stages,
+// kFp8RingV V stages of raw 128-byte rows, 128-byte swizzle, beside the fp16 stages), refilled as soon
+// as the producers have read a stage: per tile t, widen K(t) from the ring into its fp16 stage, then
+// V(t), then copy K(t + 2) and V(t + 1) into the ring stages just read (the vote's barrier in
+// next_tile_slot orders every thread's reads before the copy engine rewrites them). Each thread widens
+// its own row (no producers' barrier). cp.async groups: {K(0), V(0)}, {K(1)}, then one per tile
+// {K(t + 2), V(t + 1)}, so K(t) is waited for with one group pending and V(t) with none.
+
+// Row j of a raw 128-code ring row `raw` (128-byte swizzle) widened into fp16 buffer X, times scale
+// when Scaled.
+template <class T, bool Scaled>
+__device__ inline void widen_ring_row(const uint8_t* raw, uint8_t* X, int j, float scale) {
+  constexpr int K = T::kKeys;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint4 x[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * ((4 * h + q) ^ (j & 7)));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = 2 * (4 * h + q);
+      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)),
+                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c + 1)));
+    }
+  }
+}
+
+template <int D, int QT>
+__device__ void prefill_produce_fp8_ring(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
+  using T = TmaTile<D, QT, codec::PageFormat::kFp8>;
+  constexpr int K = T::kKeys, RK = T::kFp8RingK;
+  static_assert(T::kFp8Ring && D == 128 && K == 128 && RK == 2 && T::kFp8RingV == 1 && T::kLag == 0,
+                "the ring producer is written for head_dim 128: one raw row per thread, two K and one V ring stage");
+  constexpr bool kScaledK = kKeyScaledByProducer<codec::PageFormat::kFp8, D, QT>;
+  const PrefillParams& p = tp.p;
+  const int pt = static_cast<int>(threadIdx.x) - T::kConsumers, j = pt;
+  const ProducerPool pool(p, codec::PageFormat::kFp8, c.h);
+  const uint32_t sbase = smem_u32(smem);
+  if (pt == 0) {
+    tma_prefetch_map(&tp.k8_map);
+    tma_prefetch_map(&tp.v8_map);
+  }
+  struct Tile {
+    KeySlot k;
+    float kscale, vscale;
+    bool by_tma;
+  };
+  KeyCursor cursor(c, j);
+  // The next tile's key slot, the producers' vote (one barrier) and its scales.
+  auto next = [&] {
+    Tile x;
+    x.k = next_tile_slot<T>(cursor, c, pool, p.tokens_per_page, tp.tma8, x.by_tma);
+    x.kscale = pool.meta<float>(x.k, pool.L.k_meta) * kFp8WidenScale;  // exact: 2^n
+    x.vscale = pool.meta<float>(x.k, pool.L.v_meta) * kFp8WidenScale;
+    return x;
+  };
+  // Tile u's K (or V) codes into the ring stage at offset `at`: the copy engine's boxes (the first
+  // thread, completing on barrier `bar`), or each thread its own row by zero-filling cp.async.
+  auto copy = [&](int u, bool v, const Tile& x, uint32_t at, uint32_t bar) {
+    if (x.by_tma) {
+      if (pt == 0) {
+        fence_proxy_async();  // the producers' reads of this stage (ordered by a barrier) before the rewrite
+        mbarrier_arrive_expect_tx(sbase + bar, K * D);
+        for (int s = 0; s < K / tp.box_rows; ++s) {
+          const BoxOrigin o = box_origin(c, u * K + s * tp.box_rows);
+          tma_load_4d(sbase + at + s * tp.box_rows * 128, v ? &tp.v8_map : &tp.k8_map, 0, o.tok, c.h, o.page,
+                      sbase + bar);
+        }
+      }
+    } else {
+      const uint8_t* src = pool.row(x.k, v);
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        cp_async16_zfill(sbase + at + j * 128 + 16 * (q ^ (j & 7)), src + 16 * q, x.k.page != nullptr);
+    }
+  };
+  uint32_t raw_phase = 0;  // bits 0 and 1: ring K stages' barriers; bit 2: the ring V stage's
+  auto await_tma = [&](int bit, uint32_t bar) {
+    mbarrier_wait(sbase + bar, (raw_phase >> bit) & 1u);
+    raw_phase ^= 1u << bit;
+  };
+  auto publish = [&](uint32_t full) { publish_widened<T>(sbase, full, pt); };
+
+  const int n = c.wk.key_tiles;
+  Tile ahead[RK];  // tiles t and t + 1 (compile-time indices: they stay in registers)
+  if (n > 0) {
+    ahead[0] = next();
+    copy(0, false, ahead[0], T::fp8_ring_k(0), T::raw_k(0));
+    copy(0, true, ahead[0], T::fp8_ring_v(), T::raw_v(0));
+  }
+  cp_async_commit();
+  if (n > 1) {
+    ahead[1] = next();
+    copy(1, false, ahead[1], T::fp8_ring_k(1), T::raw_k(1));
+  }
+  cp_async_commit();
+  for (int t = 0; t < n; ++t) {
+    const int b = T::k_stage(t), bv = T::v_stage(t), rk = t % RK;
+    const Tile x = ahead[0];
+    if (x.by_tma)
+      await_tma(rk, T::raw_k(rk));
+    else
+      cp_async_wait<1>();
+    if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
+    write_tma_meta<T>(smem, b, pt, x.k, kScaledK ? 1.0f : x.kscale);
+    widen_ring_row<T, kScaledK>(smem + T::fp8_ring_k(rk) + j * 128, smem + T::k_tile(b), j, x.kscale);
+    publish(T::full_k(b));  // also publishes the meta
+    if (x.by_tma)
+      await_tma(2, T::raw_v(0));
+    else
+      cp_async_wait<0>();
+    if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), T::v_parity(t) ^ 1);
+    widen_ring_row<T, true>(smem + T::fp8_ring_v() + j * 128, smem + T::v_tile(bv), j, x.vscale);
+    publish(T::full_v(bv));
+    ahead[0] = ahead[1];
+    if (t + RK < n) {
+      ahead[1] = next();  // its vote's barrier: every thread has read ring K stage rk and the V stage
+      copy(t + RK, false, ahead[1], T::fp8_ring_k(rk), T::raw_k(rk));
+    } else if (t + 1 < n && ahead[0].by_tma) {
+      named_sync(T::kProducersBar, 128);  // every thread has read the V stage
+    }
+    if (t + 1 < n) copy(t + 1, true, ahead[0], T::fp8_ring_v(), T::raw_v(0));
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
 }
 
 }  // namespace minimakv::cuda::detail

@@ -72,11 +72,30 @@ struct PrefillTmaParams {
 template <codec::PageFormat F, int D>
 inline constexpr bool kFp8QkWgmma = MINIMAKV_PREFILL_FP8_QK != 0 && F == codec::PageFormat::kFp8 && D >= 128;
 
+// Key scales applied by the widening producers (kernel-lab switch, default on; 0 measured 1-5% slower
+// on FP8 pages and 0-2% on mixed ones, docs/benchmarks.md): FP8 K rows widened
+// times their scale, TQ3 K rows times their alpha, both rounded once to fp16 as V rows are, so that the
+// consumers' softmax is the BF16 one (no per-key scale loads or multiplies on the path to the row
+// maxima). One query term only: with page scores the logits keep the scales in fp32.
+#ifndef MINIMAKV_PREFILL_K_SCALED
+#define MINIMAKV_PREFILL_K_SCALED 1
+#endif
+template <codec::PageFormat F, int D, int QT>
+inline constexpr bool kKeyScaledByProducer = MINIMAKV_PREFILL_K_SCALED != 0 && QT == 1 && !kFp8QkWgmma<F, D> &&
+                                             (F == codec::PageFormat::kFp8 || F == codec::PageFormat::kTq3);
+
 // K and V stage counts (kernel-lab switch): 1, K may take one stage more than V where three of each do
 // not fit (three K and two V stages at head_dim 128 and 256 for BF16 and FP8 pages with one query term),
 // so the copy of the tile the next QK^T needs may run further ahead; 0 (default), equal counts (two of
 // each there). On an H100 the extra K stage lost: BF16 8% slower at head_dim 128 and 10% at 256, FP8
 // 1-5% (docs/benchmarks.md).
+// FP8 codes through a raw ring of their own (head_dim 128 with one query term, where it fits; default
+// on): prefill_produce_fp8_ring (prefill_tma_fp8.cuh) instead of the in-place widening, which 0 keeps
+// (10-16% slower FP8 prefill on an H100, docs/benchmarks.md).
+#ifndef MINIMAKV_PREFILL_FP8_RING
+#define MINIMAKV_PREFILL_FP8_RING 1
+#endif
+
 #ifndef MINIMAKV_PREFILL_TMA_KV_SPLIT
 #define MINIMAKV_PREFILL_TMA_KV_SPLIT 0
 #endif
@@ -121,7 +140,16 @@ struct TmaTile {
   static constexpr uint32_t kQ = 0, kK = kQBytes;  // K of stage b at kK + b halves; the V stages after them
   static constexpr uint32_t kV = kK + kKStages * kHalfTile;
   static constexpr uint32_t kMeta = kV + kVStages * kHalfTile;
-  static constexpr uint32_t kRaw = (kMeta + kKStages * kMetaBytes + 127) / 128 * 128;  // K stages', then V's
+  // The FP8 raw ring (MINIMAKV_PREFILL_FP8_RING): kFp8RingK K and kFp8RingV V stages of a tile's raw
+  // codes (kKeys rows of 128 bytes each), 1 KiB-aligned for the copy engine's 128-byte swizzle. One query
+  // term only: two (page scores) leave no room for it.
+  static constexpr bool kFp8Ring = MINIMAKV_PREFILL_FP8_RING != 0 && F == codec::PageFormat::kFp8 && D == 128 && QT == 1 &&
+                                   !kFp8QkWgmma<F, D> && kKStages == 2 && kVStages == 2;
+  static constexpr int kFp8RingK = kFp8Ring ? 2 : 0, kFp8RingV = kFp8Ring ? 1 : 0;
+  static constexpr uint32_t kMetaEnd = kMeta + kKStages * kMetaBytes;
+  static constexpr uint32_t kFp8RingAt = (kMetaEnd + 1023) / 1024 * 1024;
+  static constexpr uint32_t kRaw = kFp8Ring ? kFp8RingAt + (kFp8RingK + kFp8RingV) * kKeys * 128
+                                            : (kMetaEnd + 127) / 128 * 128;  // TQ3: K stages', then V's
   static constexpr uint32_t kBars = kRaw + (kKStages + kVStages) * kRawHalf;
   static constexpr uint32_t kQScale = kBars + (kKStages + kVStages) * 24;  // per query row: 1 / its E4M3 scaling
   static constexpr size_t kBytes = kQScale + kQScaleBytes + 1024;  // + slack to align the base to 1024
@@ -143,6 +171,8 @@ struct TmaTile {
   __device__ static constexpr uint32_t meta(int b) { return kMeta + b * kMetaBytes; }
   __device__ static constexpr uint32_t raw_k_tile(int b) { return kRaw + b * kRawHalf; }
   __device__ static constexpr uint32_t raw_v_tile(int b) { return kRaw + (kKStages + b) * kRawHalf; }
+  __device__ static constexpr uint32_t fp8_ring_k(int b) { return kFp8RingAt + b * kKeys * 128; }
+  __device__ static constexpr uint32_t fp8_ring_v() { return kFp8RingAt + kFp8RingK * kKeys * 128; }
   // Barriers: three per K stage (full, empty, raw), then three per V stage.
   __device__ static constexpr uint32_t full_k(int b) { return kBars + 24 * b; }
   __device__ static constexpr uint32_t empty_k(int b) { return kBars + 24 * b + 8; }

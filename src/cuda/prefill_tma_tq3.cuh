@@ -10,8 +10,8 @@
 // and a byte permute (prmt) picks every code's level from two byte tables held in registers, so the
 // decode touches shared memory only to read its row and write the fp16 chunks (a shared-memory level
 // table, as the decoding CTA uses, would cost one load per pair of codes and conflict across lanes).
-// V rows are multiplied by their alpha in fp16, as the decoding CTA does; K alphas go to the softmax with
-// the tile's positions.
+// V rows are multiplied by their alpha in fp16, as the decoding CTA does, and so are K rows with one
+// query term (kKeyScaledByProducer); with page scores K alphas go to the softmax with the tile's positions.
 // Raw ring: stage b's K codes at raw_k_tile(b), its V codes at raw_v_tile(b), kRawHalf bytes each; a
 // box of 128 codes is 48-byte rows (no swizzle: 16-byte chunks of consecutive 48-byte rows fall on
 // distinct banks), head_dim 256 two boxes (codes 0-127, 128-255), the second kKeys x 48 bytes after the first.
@@ -67,6 +67,7 @@ __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWor
   using T = TmaTile<D, QT, codec::PageFormat::kTq3>;
   constexpr int S = T::kKStages, K = T::kKeys, kBoxes = D / 128;
   static_assert(T::kVStages == S, "a ring stage holds one tile's K and V codes");
+  constexpr bool kScaledK = kKeyScaledByProducer<codec::PageFormat::kTq3, D, QT>;  // K rows times their alpha
   constexpr uint32_t kBoxRow = 48;  // bytes of 128 codes
   static_assert(D % 128 == 0 && kBoxes * K == 128, "one row (head_dim 256: half row) per producer thread");
   const PrefillParams& p = tp.p;
@@ -143,8 +144,9 @@ __device__ void prefill_produce_tq3(const PrefillTmaParams& tp, const PrefillWor
     else
       cp_async_wait<S - 1>();  // tile t's group (K and V)
     if (t >= S) mbarrier_wait(sbase + T::empty_k(b), released);
-    write_tma_meta<T>(smem, b, pt, x.k, __half2float(x.k_alpha));
-    widen_tq3_row<T, false>(smem + T::raw_k_tile(b) + row_off, smem + T::k_tile(b), j, 16 * box, {}, tb);
+    write_tma_meta<T>(smem, b, pt, x.k, kScaledK ? 1.0f : __half2float(x.k_alpha));
+    widen_tq3_row<T, kScaledK>(smem + T::raw_k_tile(b) + row_off, smem + T::k_tile(b), j, 16 * box,
+                               __half2half2(x.k_alpha), tb);
     publish(T::full_k(b));  // also publishes the meta
     if (x.by_tma) {
       mbarrier_wait(sbase + T::raw_v(b), parity);
