@@ -84,11 +84,6 @@ template <codec::PageFormat F, int D, int QT>
 inline constexpr bool kKeyScaledByProducer = MINIMAKV_PREFILL_K_SCALED != 0 && QT == 1 && !kFp8QkWgmma<F, D> &&
                                              (F == codec::PageFormat::kFp8 || F == codec::PageFormat::kTq3);
 
-// K and V stage counts (kernel-lab switch): 1, K may take one stage more than V where three of each do
-// not fit (three K and two V stages at head_dim 128 and 256 for BF16 and FP8 pages with one query term),
-// so the copy of the tile the next QK^T needs may run further ahead; 0 (default), equal counts (two of
-// each there). On an H100 the extra K stage lost: BF16 8% slower at head_dim 128 and 10% at 256, FP8
-// 1-5% (docs/benchmarks.md).
 // FP8 codes through a raw ring of their own (head_dim 128 with one query term, where it fits; default
 // on): prefill_produce_fp8_ring (prefill_tma_fp8.cuh) instead of the in-place widening, which 0 keeps
 // (10-16% slower FP8 prefill on an H100, docs/benchmarks.md).
@@ -96,6 +91,11 @@ inline constexpr bool kKeyScaledByProducer = MINIMAKV_PREFILL_K_SCALED != 0 && Q
 #define MINIMAKV_PREFILL_FP8_RING 1
 #endif
 
+// K and V stage counts (kernel-lab switch): 1, K may take one stage more than V where three of each do
+// not fit (three K and two V stages at head_dim 128 and 256 for BF16 and FP8 pages with one query term),
+// so the copy of the tile the next QK^T needs may run further ahead; 0 (default), equal counts (two of
+// each there). On an H100 the extra K stage lost: BF16 8% slower at head_dim 128 and 10% at 256, FP8
+// 1-5% (docs/benchmarks.md).
 #ifndef MINIMAKV_PREFILL_TMA_KV_SPLIT
 #define MINIMAKV_PREFILL_TMA_KV_SPLIT 0
 #endif
