@@ -1,6 +1,7 @@
 // Fork and join of a side stream, so that independent kernels of one step run side by side.
 //
-// Owns: one non-blocking stream and the two events that fork work onto it from a caller's stream and
+// Owns: one non-blocking stream (of the default priority, or of the device's highest, whose pending
+// CTAs the block scheduler places before those of default-priority streams) and the two events that fork work onto it from a caller's stream and
 // join it back (move-only). Invariant: every fork() is followed by a join() into the same stream before
 // that stream's work is waited for or its capture ends. Both are stream operations, so a graph captured
 // from the caller's stream holds the side work as a parallel branch.
@@ -12,7 +13,8 @@ namespace minimakv::cuda {
 
 class ForkJoin {
  public:
-  ForkJoin();
+  enum class Priority { kDefault, kHighest };
+  explicit ForkJoin(Priority priority = Priority::kDefault);
   ~ForkJoin();
   ForkJoin(ForkJoin&& o) noexcept;
   ForkJoin& operator=(ForkJoin&& o) noexcept;
