@@ -2,9 +2,10 @@
 //
 // Owns: one non-blocking stream (of the default priority, or of the device's highest, whose pending
 // CTAs the block scheduler places before those of default-priority streams) and the two events that
-// fork work onto it from a caller's stream and join it back (move-only). Invariant: every fork() is followed by a join() into the same stream before
-// that stream's work is waited for or its capture ends. Both are stream operations, so a graph captured
-// from the caller's stream holds the side work as a parallel branch.
+// fork work onto it from a caller's stream and join it back (move-only). Invariant: every fork() is
+// followed by a join() into the same stream before that stream's work is waited for or its capture
+// ends. Both are stream operations, so a graph captured from the caller's stream holds the side work
+// as a parallel branch.
 #pragma once
 
 #include <cuda_runtime.h>
