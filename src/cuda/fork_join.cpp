@@ -6,12 +6,8 @@
 
 namespace minimakv::cuda {
 
-ForkJoin::ForkJoin(Priority priority) {
-  int least = 0, greatest = 0;
-  if (priority == Priority::kHighest)
-    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "ForkJoin: stream priorities");
-  check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, priority == Priority::kHighest ? greatest : 0),
-        "ForkJoin: stream");
+ForkJoin::ForkJoin() {
+  check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "ForkJoin: stream");
   check(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "ForkJoin: event");
   check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "ForkJoin: event");
 }

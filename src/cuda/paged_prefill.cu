@@ -228,70 +228,25 @@ void launch_tma(const PrefillTmaParams& tp, cudaStream_t st) {
   prefill_tma_kernel<F, D, QT><<<tp.p.n_works * tp.p.kv_heads * parts, TmaTile<D, QT, F>::kThreads, bytes, st>>>(tp);
 }
 
-// The copy-engine kernels of the exact formats (BF16, FP8) in tp.p.formats.
+// The copy-engine kernels of the formats in tp.p.formats.
 template <int D, int QT>
-void launch_tma_exact(const PrefillTmaParams& tp, cudaStream_t st) {
+void launch_tma_formats(const PrefillTmaParams& tp, cudaStream_t st) {
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kBf16) & 1u) launch_tma<codec::PageFormat::kBf16, D, QT>(tp, st);
   if (tp.p.formats >> codec::format_index(codec::PageFormat::kFp8) & 1u) launch_tma<codec::PageFormat::kFp8, D, QT>(tp, st);
-}
-// The copy-engine kernel of TQ3 works, where tp.p.formats names them.
-template <int D, int QT>
-void launch_tma_tq3(const PrefillTmaParams& tp, cudaStream_t st) {
   if constexpr (prefill_tma_reads(D, codec::PageFormat::kTq3))
     if (tp.p.formats >> codec::format_index(codec::PageFormat::kTq3) & 1u) launch_tma<codec::PageFormat::kTq3, D, QT>(tp, st);
 }
-
-// Where the copy-engine launches of both format classes run (mixed pages: FP8 Recent/Anchor/chunk
-// pages and TQ3 Stale ones), kernel lab switch MINIMAKV_PREFILL_FORMAT_STREAMS:
-//   0: one after the other on the caller's stream, so each launch's last wave leaves SMs idle;
-//   1: the exact formats' launch on the side stream, which the block scheduler serves first, beside the
-//      rotation and the TQ3 launch on the caller's;
-//   2: the rotation and the TQ3 launch on the side stream, served first, beside the exact formats' launch.
-// Either way the merge waits for both (the join).
-#ifndef MINIMAKV_PREFILL_FORMAT_STREAMS
-#define MINIMAKV_PREFILL_FORMAT_STREAMS 0
-#endif
 
 // tp: the copy-engine launch's parameters where its CTA attends the BF16, FP8 or TQ3 works (tp->p.formats
 // names them, p.formats leaves them out), else null; others: whether works of other formats remain for
 // prefill_tile_kernel.
 template <int D>
 void launch_prefill(const PrefillParams& p, const PrefillTmaParams* tp, bool others, int max_pages, bool rotate,
-                    PrefillKernel kernel, cudaStream_t st, const ForkJoin& side) {
+                    PrefillKernel kernel, cudaStream_t st) {
+  if (rotate) rotate_rows_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, st>>>(p, nullptr);
   // Two query terms (logits close to fp32) and per-page partials where page scores are wanted.
   const bool two = p.page_m != nullptr;
-  constexpr uint32_t kExact = 1u << codec::format_index(codec::PageFormat::kBf16) |
-                              1u << codec::format_index(codec::PageFormat::kFp8);
-  constexpr uint32_t kTq3 = 1u << codec::format_index(codec::PageFormat::kTq3);
-  const bool fork = MINIMAKV_PREFILL_FORMAT_STREAMS != 0 && tp && !others &&
-                    prefill_tma_reads(D, codec::PageFormat::kTq3) && (tp->p.formats & kExact) &&
-                    (tp->p.formats & kTq3);
-  const auto exact = [&](cudaStream_t s) {
-    if (tp) two ? launch_tma_exact<D, 2>(*tp, s) : launch_tma_exact<D, 1>(*tp, s);
-  };
-  const auto rotation = [&](cudaStream_t s) {
-    if (rotate) rotate_rows_kernel<D><<<dim3(p.rows, p.q_heads), D, 0, s>>>(p, nullptr);
-  };
-  const auto tq3 = [&](cudaStream_t s) {
-    if (tp) two ? launch_tma_tq3<D, 2>(*tp, s) : launch_tma_tq3<D, 1>(*tp, s);
-  };
-  const auto rotated = [&](cudaStream_t s) {
-    rotation(s);
-    tq3(s);
-  };
-  if (!fork) {
-    rotation(st);
-    exact(st);
-    tq3(st);
-  } else if (MINIMAKV_PREFILL_FORMAT_STREAMS == 1) {
-    exact(side.fork(st));
-    rotated(st);
-    side.join(st);
-  } else {
-    rotated(side.fork(st));
-    exact(st);
-    side.join(st);
-  }
+  if (tp) two ? launch_tma_formats<D, 2>(*tp, st) : launch_tma_formats<D, 1>(*tp, st);
   const bool wg = kernel != PrefillKernel::kMma;
   if (others) {
     if (two)
@@ -556,13 +511,13 @@ DecodeStats PrefillWorkspace::run(const PrefillPlan& plan, const PoolViews& pool
   }
   switch (shape_.head_dim) {
     case 64:
-      launch_prefill<64>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream, side_);
+      launch_prefill<64>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
     case 128:
-      launch_prefill<128>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream, side_);
+      launch_prefill<128>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
     default:
-      launch_prefill<256>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream, side_);
+      launch_prefill<256>(p, direct ? &tp : nullptr, others, max_pages, tq3, kernel_, stream);
       break;
   }
   check(cudaGetLastError(), "PrefillWorkspace::run");

@@ -273,22 +273,13 @@ __device__ inline float2 unpack_pair(uint32_t x) {
 // The query tile (rotated for TQ3 pages), pre-scaled so that logits come out in base 2, as E (bf16 or
 // fp16; hi [+ lo]) in the swizzled layout, staged by the consumer threads and handed to them all through
 // the consumers' barrier.
-// Kernel-lab switch MINIMAKV_PREFILL_Q_BATCH (default 0: one load, convert and store at a time): each
-// consumer thread issues that many of its query loads before it converts and stores them, so their
-// latencies overlap (the loads are plain and the stores go to shared memory through generic pointers,
-// so the compiler keeps a load behind the last store; in Nsight Compute the staging's multiplies waited
-// on those loads for 3.7% of the head_dim-256 TQ3 CTA's samples).
-#ifndef MINIMAKV_PREFILL_Q_BATCH
-#define MINIMAKV_PREFILL_Q_BATCH 0
-#endif
 template <class T, class E, int D, int QT>
 __device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, const float* qsrc, uint8_t* smem) {
   const float qscale = p.scale * kLog2e;
   const int tile_rows = min(p.tile_tokens, c.sq.n - c.wk.tile_token);
-  auto load = [&](int i) { return load_query4<D>(p, c, qsrc, i / (D / 4), 4 * (i % (D / 4)), tile_rows, qscale); };
-  // Element group i (row i / (D / 4), four elements from 4 (i mod (D / 4))) into the tile.
-  auto put = [&](int i, const float4& x) {
+  for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) {
     const int r = i / (D / 4), d4 = 4 * (i % (D / 4));
+    const float4 x = load_query4<D>(p, c, qsrc, r, d4, tile_rows, qscale);
     const uint32_t h0 = pack_pair<E>(x.x, x.y), h1 = pack_pair<E>(x.z, x.w);
     uint8_t* dst = smem + T::kQ + T::chunk(T::kRows, r, d4 / 8) + (d4 % 8) * 2;
     *reinterpret_cast<uint2*>(dst) = make_uint2(h0, h1);
@@ -297,21 +288,6 @@ __device__ void stage_query_tma(const PrefillParams& p, const PrefillWork& c, co
       *reinterpret_cast<uint2*>(dst + T::kQTerm) =
           make_uint2(pack_pair<E>(x.x - f0.x, x.y - f0.y), pack_pair<E>(x.z - f1.x, x.w - f1.y));
     }
-  };
-  constexpr int kBatch = MINIMAKV_PREFILL_Q_BATCH;
-  if constexpr (kBatch > 0) {
-    constexpr int kPer = T::kRows * (D / 4) / T::kConsumers;  // element groups per thread
-    static_assert(T::kRows * (D / 4) % T::kConsumers == 0 && kPer % kBatch == 0, "whole batches per thread");
-#pragma unroll 1
-    for (int b0 = 0; b0 < kPer; b0 += kBatch) {
-      float4 x[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) x[u] = load(threadIdx.x + (b0 + u) * T::kConsumers);
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) put(threadIdx.x + (b0 + u) * T::kConsumers, x[u]);
-    }
-  } else {
-    for (int i = threadIdx.x; i < T::kRows * (D / 4); i += T::kConsumers) put(i, load(i));
   }
   fence_proxy_async();
   named_sync(T::kConsumersBar, T::kConsumers);

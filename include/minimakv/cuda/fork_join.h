@@ -1,11 +1,9 @@
 // Fork and join of a side stream, so that independent kernels of one step run side by side.
 //
-// Owns: one non-blocking stream (of the default priority, or of the device's highest, whose pending
-// CTAs the block scheduler places before those of default-priority streams) and the two events that
-// fork work onto it from a caller's stream and join it back (move-only). Invariant: every fork() is
-// followed by a join() into the same stream before that stream's work is waited for or its capture
-// ends. Both are stream operations, so a graph captured from the caller's stream holds the side work
-// as a parallel branch.
+// Owns: one non-blocking stream and the two events that fork work onto it from a caller's stream and
+// join it back (move-only). Invariant: every fork() is followed by a join() into the same stream before
+// that stream's work is waited for or its capture ends. Both are stream operations, so a graph captured
+// from the caller's stream holds the side work as a parallel branch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,8 +12,7 @@ namespace minimakv::cuda {
 
 class ForkJoin {
  public:
-  enum class Priority { kDefault, kHighest };
-  explicit ForkJoin(Priority priority = Priority::kDefault);
+  ForkJoin();
   ~ForkJoin();
   ForkJoin(ForkJoin&& o) noexcept;
   ForkJoin& operator=(ForkJoin&& o) noexcept;

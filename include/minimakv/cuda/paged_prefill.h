@@ -77,9 +77,6 @@ class PrefillWorkspace {
   DeviceArray<float> q_rot_, part_o_, part_m_, part_l_;
   DeviceArray<double> row_total_;  // [rows][q_heads]: page-addressable mass of each row (page scores)
   cudaEvent_t staged_copied_ = nullptr;
-  // The copy-engine launch of one format class (exact or rotated) beside the other's, on a stream the
-  // block scheduler serves first (paged_prefill.cu, launch_prefill).
-  ForkJoin side_{ForkJoin::Priority::kHighest};
 };
 
 }  // namespace minimakv::cuda
