@@ -101,31 +101,46 @@ __device__ inline void widen16_tma(const uint4& x, float scale, uint4& lo, uint4
   }
 }
 
+// Eight raw 16-byte chunks (chunk q at raw + 16 (q ^ swz)) widened to fp16 chunks c0 + 2q and c0 + 2q + 1
+// of row j of buffer X in T's layout, times scale when Scaled: two passes of four loads, then their four
+// widenings, so the second pass may overwrite the chunks it read (the in-place producer's raw row lies
+// in the block its second pass writes; the first pass writes the block before it).
+template <class T, bool Scaled>
+__device__ inline void widen_raw128(const uint8_t* raw, int swz, uint8_t* X, int j, int c0, float scale) {
+  constexpr int K = T::kKeys;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint4 x[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * ((4 * h + q) ^ swz));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = c0 + 2 * (4 * h + q);
+      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)),
+                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c + 1)));
+    }
+  }
+}
+
 // Widens row j (box `box`) of the raw codes in buffer X (generic pointer) to fp16 in T's layout.
 template <class T, int D, bool Scaled>
 __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
   using R = Fp8Raw<D>;
   constexpr int K = T::kKeys;
   uint8_t* raw = X + R::box_at(K, box) + j * R::kRowBytes;
-  auto raw_chunk = [&](int q) { return *reinterpret_cast<const uint4*>(raw + 16 * (q ^ R::swz(j))); };
-  auto out = [&](int c) -> uint4& { return *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)); };
   const int c0 = box * 2 * R::kChunks;  // first output chunk of this thread's codes
   if constexpr (R::kBlockPerBox) {
     // Output block 2 box holds no codes; row j of block 2 box + 1 is raw row j itself.
-#pragma unroll
-    for (int q = 0; q < 4; ++q) widen16_tma<Scaled>(raw_chunk(q), scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
-    uint4 x[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) x[q] = raw_chunk(4 + q);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) widen16_tma<Scaled>(x[q], scale, out(c0 + 8 + 2 * q), out(c0 + 9 + 2 * q));
+    widen_raw128<T, Scaled>(raw, R::swz(j), X, j, c0, scale);
   } else {
     uint4 x[R::kChunks];
 #pragma unroll
-    for (int q = 0; q < R::kChunks; ++q) x[q] = raw_chunk(q);
+    for (int q = 0; q < R::kChunks; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * (q ^ R::swz(j)));
     named_sync(T::kProducersBar, 128);  // every raw row is read before any is overwritten
 #pragma unroll
-    for (int q = 0; q < R::kChunks; ++q) widen16_tma<Scaled>(x[q], scale, out(c0 + 2 * q), out(c0 + 2 * q + 1));
+    for (int q = 0; q < R::kChunks; ++q)
+      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c0 + 2 * q)),
+                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c0 + 2 * q + 1)));
   }
 }
 
@@ -282,25 +297,6 @@ __device__ void prefill_produce_fp8(const PrefillTmaParams& tp, const PrefillWor
 // its own row (no producers' barrier). cp.async groups: {K(0), V(0)}, {K(1)}, then one per tile
 // {K(t + 2), V(t + 1)}, so K(t) is waited for with one group pending and V(t) with none.
 
-// Row j of a raw 128-code ring row `raw` (128-byte swizzle) widened into fp16 buffer X, times scale
-// when Scaled.
-template <class T, bool Scaled>
-__device__ inline void widen_ring_row(const uint8_t* raw, uint8_t* X, int j, float scale) {
-  constexpr int K = T::kKeys;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    uint4 x[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * ((4 * h + q) ^ (j & 7)));
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int c = 2 * (4 * h + q);
-      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)),
-                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c + 1)));
-    }
-  }
-}
-
 template <int D, int QT>
 __device__ void prefill_produce_fp8_ring(const PrefillTmaParams& tp, const PrefillWork& c, uint8_t* smem) {
   using T = TmaTile<D, QT, codec::PageFormat::kFp8>;
@@ -379,14 +375,14 @@ __device__ void prefill_produce_fp8_ring(const PrefillTmaParams& tp, const Prefi
       cp_async_wait<1>();
     if (t >= T::kKStages) mbarrier_wait(sbase + T::empty_k(b), T::k_parity(t) ^ 1);
     write_tma_meta<T>(smem, b, pt, x.k, kScaledK ? 1.0f : x.kscale);
-    widen_ring_row<T, kScaledK>(smem + T::fp8_ring_k(rk) + j * 128, smem + T::k_tile(b), j, x.kscale);
+    widen_raw128<T, kScaledK>(smem + T::fp8_ring_k(rk) + j * 128, j & 7, smem + T::k_tile(b), j, 0, x.kscale);
     publish(T::full_k(b));  // also publishes the meta
     if (x.by_tma)
       await_tma(2, T::raw_v(0));
     else
       cp_async_wait<0>();
     if (t >= T::kVStages) mbarrier_wait(sbase + T::empty_v(bv), T::v_parity(t) ^ 1);
-    widen_ring_row<T, true>(smem + T::fp8_ring_v() + j * 128, smem + T::v_tile(bv), j, x.vscale);
+    widen_raw128<T, true>(smem + T::fp8_ring_v() + j * 128, j & 7, smem + T::v_tile(bv), j, 0, x.vscale);
     publish(T::full_v(bv));
     ahead[0] = ahead[1];
     if (t + RK < n) {
