@@ -101,24 +101,26 @@ __device__ inline void widen16_tma(const uint4& x, float scale, uint4& lo, uint4
   }
 }
 
+// Raw chunk x (16 codes) widened into fp16 chunks c and c + 1 of row j of buffer X in T's layout.
+template <class T, bool Scaled>
+__device__ inline void widen_chunk(const uint4& x, float scale, uint8_t* X, int j, int c) {
+  widen16_tma<Scaled>(x, scale, *reinterpret_cast<uint4*>(X + T::chunk(T::kKeys, j, c)),
+                      *reinterpret_cast<uint4*>(X + T::chunk(T::kKeys, j, c + 1)));
+}
+
 // Eight raw 16-byte chunks (chunk q at raw + 16 (q ^ swz)) widened to fp16 chunks c0 + 2q and c0 + 2q + 1
 // of row j of buffer X in T's layout, times scale when Scaled: two passes of four loads, then their four
 // widenings, so the second pass may overwrite the chunks it read (the in-place producer's raw row lies
 // in the block its second pass writes; the first pass writes the block before it).
 template <class T, bool Scaled>
 __device__ inline void widen_raw128(const uint8_t* raw, int swz, uint8_t* X, int j, int c0, float scale) {
-  constexpr int K = T::kKeys;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     uint4 x[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * ((4 * h + q) ^ swz));
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int c = c0 + 2 * (4 * h + q);
-      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c)),
-                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c + 1)));
-    }
+    for (int q = 0; q < 4; ++q) widen_chunk<T, Scaled>(x[q], scale, X, j, c0 + 2 * (4 * h + q));
   }
 }
 
@@ -138,9 +140,7 @@ __device__ inline void widen_row(uint8_t* X, int j, int box, float scale) {
     for (int q = 0; q < R::kChunks; ++q) x[q] = *reinterpret_cast<const uint4*>(raw + 16 * (q ^ R::swz(j)));
     named_sync(T::kProducersBar, 128);  // every raw row is read before any is overwritten
 #pragma unroll
-    for (int q = 0; q < R::kChunks; ++q)
-      widen16_tma<Scaled>(x[q], scale, *reinterpret_cast<uint4*>(X + T::chunk(K, j, c0 + 2 * q)),
-                          *reinterpret_cast<uint4*>(X + T::chunk(K, j, c0 + 2 * q + 1)));
+    for (int q = 0; q < R::kChunks; ++q) widen_chunk<T, Scaled>(x[q], scale, X, j, c0 + 2 * q);
   }
 }
 
