@@ -96,6 +96,8 @@ class CudaBackend final : public Backend {
     // MINIMAKV_CUDA_GEMV=0: one-row products through cuBLAS as well (the A/B of docs/benchmarks.md).
     const char* gv = std::getenv("MINIMAKV_CUDA_GEMV");
     gemv_on_ = !(gv && std::string_view(gv) == "0");
+    const char* sg = std::getenv("MINIMAKV_CUDA_GEMV_SWIGLU");
+    swiglu_gemv_on_ = !(sg && std::string_view(sg) == "0");
     const Rope rope(cfg);
     inv_freq_ = cuda::DeviceArray<float>(rope.inv_freq().size());
     check(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice), "inv_freq");
@@ -243,6 +245,34 @@ class CudaBackend final : public Backend {
     Tensor y(ps[0].y->data(), total, [](float*) {});
     matmul(x, n, in, w, static_cast<int>(total), y);
     for (const Projection& p : ps) written(*p.y);  // y only names the first output's address
+  }
+  // One row through fused gate/up weights: our GEMV with the SwiGLU as its epilogue (one launch instead
+  // of two; the same bits, cuda_gemv.h). MINIMAKV_CUDA_GEMV_SWIGLU=0 keeps the two launches (an A/B).
+  void matmul_swiglu(const Tensor& x, int n, int in, std::span<const Projection> gate_up, Tensor& out) override {
+    const int inter = gate_up.size() == 2 ? gate_up[0].out : 0;
+    const bool fused_shape = swiglu_gemv_on_ && gemv_on_ && n == 1 && inter > 0 && gate_up[1].out == inter &&
+                             out.size() == static_cast<size_t>(inter) &&
+                             fused_group_rows(n, in, gate_up) == 2 * static_cast<size_t>(inter);
+    if (fused_shape) {
+      // As matmul then swiglu: x's BF16 copy (reused when the norm wrote it), then the output's.
+      const size_t elems = static_cast<size_t>(in);
+      if (bf16_src_ != x.raw() || bf16_elems_ != elems) {
+        hold_bf16_input(x, elems, alloc((elems + 1) / 2));
+        if (!replaying())
+          cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
+      }
+      if (cuda_gemv::gemv_applies(n, in, bf16_x_.raw(), gate_up[0].w->raw())) {
+        const auto* xb = static_cast<const uint16_t*>(bf16_x_.raw());
+        written(out);
+        Tensor ob = alloc((out.size() + 1) / 2);
+        if (!replaying())
+          cuda_gemv::gemv_swiglu_bf16(xb, in, static_cast<const uint16_t*>(gate_up[0].w->raw()), inter, out.data(),
+                                      reinterpret_cast<uint16_t*>(ob.raw()), stream_->s);
+        hold_bf16_input(out, out.size(), std::move(ob));
+        return;
+      }
+    }
+    Backend::matmul_swiglu(x, n, in, gate_up, out);  // reuses the BF16 copy made above
   }
   Tensor fuse_weights(std::span<Tensor* const> ws) override {
     if (ws.empty()) return {};
@@ -459,6 +489,7 @@ class CudaBackend final : public Backend {
   // Graphs of decode steps.
   bool graphs_on_ = true;
   bool gemv_on_ = true;  // one-row BF16 products through our GEMV (cuda_gemv.h)
+  bool swiglu_gemv_on_ = true;  // and the gate/up pair with its SwiGLU as one launch (matmul_swiglu)
   int q_heads_ = 0;
   cuda::DeviceArray<uint8_t> blas_ws_;
   Mode mode_ = Mode::kEager;

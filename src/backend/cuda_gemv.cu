@@ -1,8 +1,11 @@
 #include "cuda_gemv.h"
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 #include <cstdlib>
 
+#include "cuda_activation.cuh"
 #include "minimakv/cuda/chained_launch.cuh"
 #include "minimakv/cuda/device_memory.h"
 
@@ -21,17 +24,32 @@ __device__ inline float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0
 // (8 BF16 values) t, t + 256, ... of every row: a warp reads 512 contiguous bytes of each W row per
 // iteration, and all R rows' loads of an iteration are in flight together. Per row: fp32 FMAs over the
 // thread's chunks in order, a butterfly over the warp's lanes, then the warps' sums added in warp order by
-// one thread.
-template <int R>
+// one thread. None of that depends on which rows share a block, so a row's sum is the same bits in every
+// instantiation.
+// kSwiglu: W is [gate; up] (2 * inter rows) and the block's rows are R / 2 pairs (gate row i, up row
+// inter + i); one thread per pair writes silu(gate) * up (swiglu_value) and its BF16 copy instead of the
+// two sums, so the projection pair and the activation are one launch.
+template <int R, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const uint4* __restrict__ x, int in8,
                                                          const uint4* __restrict__ w, int out,
-                                                         float* __restrict__ y) {
+                                                         float* __restrict__ y, __nv_bfloat16* __restrict__ y_bf16,
+                                                         int inter) {
+  static_assert(!kSwiglu || R % 2 == 0, "pairs of rows");
   const int o0 = static_cast<int>(blockIdx.x) * R;
+  // W row of the block's row r, or -1 past the end.
+  const auto w_row = [&](int r) {
+    if constexpr (kSwiglu) {
+      const int i = o0 / 2 + r / 2;
+      return i < inter ? i + (r % 2) * inter : -1;
+    } else {
+      return o0 + r < out ? o0 + r : -1;
+    }
+  };
   // W is a weight, which nothing in the pass writes: while the kernel before this one still runs, pull
   // this block's rows into L2 (one 128-byte line per thread and step), then wait for x.
-  for (int r = 0; r < R && o0 + r < out; ++r)
+  for (int r = 0; r < R && w_row(r) >= 0; ++r)
     for (int c = 8 * static_cast<int>(threadIdx.x); c < in8; c += 8 * kThreads)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + static_cast<size_t>(o0 + r) * in8 + c));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w + static_cast<size_t>(w_row(r)) * in8 + c));
   cuda::chain_begin();
   float acc[R] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -39,8 +57,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const uint4* __restrict_
   for (int c = static_cast<int>(threadIdx.x); c < in8; c += kThreads) {
     uint4 wv[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      wv[r] = o0 + r < out ? __ldg(w + static_cast<size_t>(o0 + r) * in8 + c) : zero;
+    for (int r = 0; r < R; ++r) wv[r] = w_row(r) >= 0 ? __ldg(w + static_cast<size_t>(w_row(r)) * in8 + c) : zero;
     const uint4 xv = __ldg(x + c);
     const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
@@ -63,12 +80,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const uint4* __restrict_
     if (lane == 0) part[warp][r] = v;
   }
   __syncthreads();
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < R && o0 + r < out) {
+  const auto row_sum = [&](int r) {
     float sum = part[0][r];
 #pragma unroll
     for (int k = 1; k < kWarps; ++k) sum += part[k][r];
-    y[o0 + r] = sum;
+    return sum;
+  };
+  const int t = static_cast<int>(threadIdx.x);
+  if constexpr (kSwiglu) {
+    const int i = o0 / 2 + t;
+    if (t < R / 2 && i < inter) {
+      const float v = swiglu_value(row_sum(2 * t), row_sum(2 * t + 1));
+      y[i] = v;
+      y_bf16[i] = __float2bfloat16_rn(v);
+    }
+  } else if (t < R && o0 + t < out) {
+    y[o0 + t] = row_sum(t);
   }
 }
 
@@ -79,29 +106,49 @@ bool gemv_applies(int n, int in, const void* x, const void* w) {
   return n == 1 && in > 0 && in % 8 == 0 && aligned(x) && aligned(w);
 }
 
-void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s, int rows_per_block) {
-  if (out <= 0) return;
-  static const int engine_rows = [] {
+namespace {
+
+int engine_rows(int rows_per_block) {
+  static const int from_env = [] {
     const char* env = std::getenv("MINIMAKV_CUDA_GEMV_ROWS");
     return env ? std::atoi(env) : kDefaultRowsPerBlock;
   }();
-  if (rows_per_block == 0) rows_per_block = engine_rows;
-  const auto launch = [&](auto kernel, int rows) {
+  return rows_per_block == 0 ? from_env : rows_per_block;
+}
+
+// Queues gemv_kernel<R, kSwiglu> for the rows per block asked (2, 4 or 8; anything else is the default).
+template <bool kSwiglu>
+void launch(const uint16_t* x, int in, const uint16_t* w, int out, float* y, uint16_t* y_bf16, int inter,
+            cudaStream_t s, int rows_per_block, const char* what) {
+  const auto go = [&](auto kernel, int rows) {
     const unsigned blocks = static_cast<unsigned>((out + rows - 1) / rows);
-    cuda::launch_chained(kernel, blocks, kThreads, 0, s, "gemv_bf16", reinterpret_cast<const uint4*>(x), in / 8,
-                         reinterpret_cast<const uint4*>(w), out, y);
+    cuda::launch_chained(kernel, blocks, kThreads, 0, s, what, reinterpret_cast<const uint4*>(x), in / 8,
+                         reinterpret_cast<const uint4*>(w), out, y, reinterpret_cast<__nv_bfloat16*>(y_bf16), inter);
   };
-  switch (rows_per_block) {
+  switch (engine_rows(rows_per_block)) {
     case 4:
-      launch(gemv_kernel<4>, 4);
+      go(gemv_kernel<4, kSwiglu>, 4);
       break;
     case 8:
-      launch(gemv_kernel<8>, 8);
+      go(gemv_kernel<8, kSwiglu>, 8);
       break;
     default:
-      launch(gemv_kernel<kDefaultRowsPerBlock>, kDefaultRowsPerBlock);
+      go(gemv_kernel<kDefaultRowsPerBlock, kSwiglu>, kDefaultRowsPerBlock);
       break;
   }
+}
+
+}  // namespace
+
+void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s, int rows_per_block) {
+  if (out <= 0) return;
+  launch<false>(x, in, w, out, y, nullptr, 0, s, rows_per_block, "gemv_bf16");
+}
+
+void gemv_swiglu_bf16(const uint16_t* x, int in, const uint16_t* w_gate_up, int inter, float* y, uint16_t* y_bf16,
+                      cudaStream_t s, int rows_per_block) {
+  if (inter <= 0) return;
+  launch<true>(x, in, w_gate_up, 2 * inter, y, y_bf16, inter, s, rows_per_block, "gemv_swiglu_bf16");
 }
 
 }  // namespace minimakv::backend::cuda_gemv

@@ -1,11 +1,12 @@
 // The CUDA backend's BF16 GEMV for single-row products: y[out] = W[out][in] x[in] with BF16 x and W,
 // fp32 products and accumulation, fp32 y (the batch-1 decode step's projections).
 //
-// Owns: the kernel and the rule for when it runs instead of cuBLAS (gemv_applies). Why it exists: for
-// one row cuBLAS picks split-K kernels plus a separate reduction launch (five reductions a decoder
-// layer), and its small projections (k, v) stay far from bandwidth; this kernel reads W once in one
-// launch. For 8 rows it measured slower than cuBLAS's tensor-core kernels (fp32 FMAs at one block per
-// SM), so batches keep cuBLAS (docs/benchmarks.md). Invariant: the sums run in a fixed order
+// Owns: the kernel (plain, or with the SwiGLU of a gate/up pair as its epilogue) and the rule for when
+// it runs instead of cuBLAS (gemv_applies). Why it exists: for one row cuBLAS picks split-K kernels plus
+// a separate reduction launch (five reductions a decoder layer), and its small projections (k, v) stay
+// far from bandwidth; this kernel reads W once in one launch. For 8 rows it measured slower than
+// cuBLAS's tensor-core kernels (fp32 FMAs at one block per SM), so batches keep cuBLAS
+// (docs/benchmarks.md). Invariant: the sums run in a fixed order
 // (deterministic; graph replay equals eager launch).
 #pragma once
 
@@ -25,5 +26,10 @@ inline constexpr int kDefaultRowsPerBlock = 2;
 // engine's choice (the default, or MINIMAKV_CUDA_GEMV_ROWS).
 void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s,
                int rows_per_block = 0);
+// The gated MLP's input half in one launch: w_gate_up is [gate; up] (2 * inter rows of `in`), and
+// y[i] = silu(gate_i . x) * (up_i . x) with its BF16 copy in y_bf16 (the down projection's input). Equal
+// bit for bit to gemv_bf16 over w_gate_up followed by cuda_ops::swiglu. The caller checked gemv_applies.
+void gemv_swiglu_bf16(const uint16_t* x, int in, const uint16_t* w_gate_up, int inter, float* y, uint16_t* y_bf16,
+                      cudaStream_t s, int rows_per_block = 0);
 
 }  // namespace minimakv::backend::cuda_gemv

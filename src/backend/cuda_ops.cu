@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cuda_activation.cuh"
 #include "minimakv/backend/dummy_weights.h"
 #include "minimakv/cuda/chained_launch.cuh"
 #include "minimakv/cuda/device_memory.h"
@@ -263,7 +264,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, __
   cuda::chain_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float v = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+  const float v = swiglu_value(gate[i], up[i]);
   out[i] = v;
   if (out_bf16) out_bf16[i] = __float2bfloat16_rn(v);
 }

@@ -201,8 +201,7 @@ std::vector<float> Model::forward_batch(cache::KvStore& store, std::span<const S
     be.matmul(attn, n, Hq * D, L.wo, H, o);
     be.add_rmsnorm(x, &o, h, rows, H, L.post_norm, eps);
     const backend::Projection gate_up_proj[] = {{&L.gate, I, &g}, {&L.up, I, &u}};
-    be.matmul_group(h, n, H, gate_up_proj);
-    be.swiglu(g, u, a);
+    be.matmul_swiglu(h, n, H, gate_up_proj, a);
     be.matmul(a, n, I, L.down, H, o);
   }
   be.add(x, o);

@@ -256,6 +256,83 @@ TEST(BackendOps, FusedProjectionsEqualSeparateOnes) {
   EXPECT_EQ(mixed[0].size(), 64u);  // left as it was
 }
 
+// The gated MLP's input half (matmul_swiglu) equals matmul_group then swiglu bit for bit: one row over
+// fused gate/up weights runs as one GEMV with the SwiGLU as its epilogue (odd widths leave a partial last
+// block), more rows or weights that are not back to back as the two steps. Its output's BF16 copy feeds
+// the down projection like a fresh conversion, and it is within fp32 rounding of fp64.
+TEST(BackendOps, GateUpWithSwigluEqualsTheTwoSteps) {
+  MINIMAKV_SEED_TRACE();
+  auto rng = testing::rng_for_test();
+  Pair b(64);
+  Backend& be = *b.gpu;
+  const int in = 512;
+  for (int inter : {1, 333, 1536}) {
+    for (int n : {1, 3}) {
+      for (bool fused_weights : {true, false}) {
+        const auto x = randn(rng, static_cast<size_t>(n) * in);
+        std::vector<uint16_t> wb[2];
+        Tensor w[2];
+        for (int i = 0; i < 2; ++i) {
+          const auto wf = randn(rng, static_cast<size_t>(inter) * in, 0.05f);
+          wb[i].resize(wf.size());
+          for (size_t j = 0; j < wf.size(); ++j) wb[i][j] = codec::float_to_bf16(wf[j]);
+          w[i] = be.upload_bf16(wb[i], DType::kBF16);
+        }
+        Tensor storage;
+        if (fused_weights) {
+          Tensor* fuse[] = {&w[0], &w[1]};
+          storage = be.fuse_weights(fuse);
+        }
+        const size_t id = static_cast<size_t>(n) * inter;
+        const Tensor tx = be.upload(x);
+        Tensor gu1 = poisoned(be, 2 * id), gu2 = poisoned(be, 2 * id);
+        Tensor g1 = gu1.slice(0, id), u1 = gu1.slice(id, id), g2 = gu2.slice(0, id), u2 = gu2.slice(id, id);
+        Tensor a1 = poisoned(be, id), a2 = poisoned(be, id);
+        const Projection p1[] = {{&w[0], inter, &g1}, {&w[1], inter, &u1}};
+        const Projection p2[] = {{&w[0], inter, &g2}, {&w[1], inter, &u2}};
+        be.matmul_swiglu(tx, n, in, p1, a1);
+        const auto fused = down(be, a1);
+        be.matmul_group(tx, n, in, p2);
+        be.swiglu(g2, u2, a2);
+        const std::string what = "inter " + std::to_string(inter) + " n " + std::to_string(n) +
+                                 (fused_weights ? "" : ", separate weights");
+        ASSERT_EQ(fused, down(be, a2)) << what;
+        for (int r = 0; r < n; ++r)
+          for (int i = 0; i < inter; ++i) {
+            double gate = 0, up = 0, mag = 0;
+            for (int k = 0; k < in; ++k) {
+              const double xv = codec::bf16_to_float(codec::float_to_bf16(x[static_cast<size_t>(r) * in + k]));
+              const double gw = codec::bf16_to_float(wb[0][static_cast<size_t>(i) * in + k]);
+              const double uw = codec::bf16_to_float(wb[1][static_cast<size_t>(i) * in + k]);
+              gate += xv * gw;
+              up += xv * uw;
+              mag += std::abs(xv) * (std::abs(gw) + std::abs(uw));
+            }
+            const double ref = gate / (1.0 + std::exp(-gate)) * up;
+            ASSERT_NEAR(fused[static_cast<size_t>(r) * inter + i], ref, 1e-6 * in * mag * (1.0 + mag) + 1e-30)
+                << what << " row " << r << " output " << i;
+          }
+        // The down projection reads the fused pass's BF16 copy of its output: the same bits as from a copy.
+        const auto m = randn(rng, static_cast<size_t>(96) * inter, 0.05f);
+        std::vector<uint16_t> mb(m.size());
+        for (size_t j = 0; j < m.size(); ++j) mb[j] = codec::float_to_bf16(m[j]);
+        const Tensor tm = be.upload_bf16(mb, DType::kBF16);
+        Tensor y1 = poisoned(be, static_cast<size_t>(n) * 96), y2 = poisoned(be, static_cast<size_t>(n) * 96);
+        be.matmul_swiglu(tx, n, in, p1, a1);
+        be.matmul(a1, n, inter, tm, 96, y1);
+        Tensor copy = poisoned(be, id);
+        be.copy(a1, copy);
+        be.matmul(copy, n, inter, tm, 96, y2);
+        EXPECT_EQ(down(be, y1), down(be, y2)) << what;
+      }
+    }
+  }
+  // Not a gate/up pair: refused before anything runs.
+  Tensor w = be.upload_bf16(std::vector<uint16_t>(64 * 8, 0), DType::kBF16), y = poisoned(be, 8), a = poisoned(be, 8);
+  const Projection one[] = {{&w, 8, &y}};
+  EXPECT_THROW(be.matmul_swiglu(be.upload(randn(rng, 64)), 1, 64, one, a), std::invalid_argument);
+}
+
 // Rows the register-row norm kernels do not take (dim not a multiple of 4, or wider than they hold)
 // go through the scalar kernels, still equal to the CPU within ulps and fused equal to unfused.
 TEST(BackendOps, NormsOfOddAndWideRows) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +152,14 @@ class Backend {
     if (y) add(x, *y);
     copy(x, h);
     rmsnorm(h, rows, dim, w, eps);
+  }
+  // The gated MLP's input half: the projections gate_up (gate, then up, of one width) of x, then out =
+  // silu(gate) * up; `out` equals matmul_group then swiglu bit for bit. A backend that runs it as one
+  // pass may leave the projections' outputs unwritten.
+  virtual void matmul_swiglu(const Tensor& x, int n, int in, std::span<const Projection> gate_up, Tensor& out) {
+    if (gate_up.size() != 2) throw std::invalid_argument("matmul_swiglu: the gate and up projections");
+    matmul_group(x, n, in, gate_up);
+    swiglu(*gate_up[0].y, *gate_up[1].y, out);
   }
   // In place on x[rows][heads][head_dim]: per-head RMSNorm with w (Qwen3's QK-norm), then RoPE.
   virtual void norm_rope(Tensor& x, int heads, int head_dim, const Tensor& w, float eps,
