@@ -201,20 +201,16 @@ class CudaBackend final : public Backend {
       // arena hands out the same addresses the captured graph uses.
       // q, k and v (and gate and up) read the same normalised rows: they are converted once, and the
       // copy is reused until an operator writes to x (written()) or the pass ends.
-      const size_t elems = static_cast<size_t>(n) * in;
-      const bool reuse = bf16_src_ == x.raw() && bf16_elems_ == elems;
-      if (!reuse) hold_bf16_input(x, elems, alloc((elems + 1) / 2));
+      const uint16_t* xb = bf16_input(x, static_cast<size_t>(n) * in);
       written(y);
       if (replaying()) return;
       const HostProfile::Scope sc(profile_, "gemm enqueue");
-      if (!reuse) cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
       // One row (batch-1 decode): our GEMV (one launch, no split-K reduction; see cuda_gemv.h).
-      if (gemv_on_ && cuda_gemv::gemv_applies(n, in, bf16_x_.data(), w.raw())) {
-        cuda_gemv::gemv_bf16(reinterpret_cast<const uint16_t*>(bf16_x_.data()), in,
-                             static_cast<const uint16_t*>(w.raw()), out, y.data(), stream_->s);
+      if (gemv_on_ && cuda_gemv::gemv_applies(n, in, xb, w.raw())) {
+        cuda_gemv::gemv_bf16(xb, in, static_cast<const uint16_t*>(w.raw()), out, y.data(), stream_->s);
         return;
       }
-      check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.raw(), CUDA_R_16BF, in, bf16_x_.data(),
+      check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w.raw(), CUDA_R_16BF, in, xb,
                               CUDA_R_16BF, in, &zero, y.data(), CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx (BF16)");
       return;
@@ -250,19 +246,14 @@ class CudaBackend final : public Backend {
   // of two; the same bits, cuda_gemv.h). MINIMAKV_CUDA_GEMV_SWIGLU=0 keeps the two launches (an A/B).
   void matmul_swiglu(const Tensor& x, int n, int in, std::span<const Projection> gate_up, Tensor& out) override {
     const int inter = gate_up.size() == 2 ? gate_up[0].out : 0;
-    const bool fused_shape = swiglu_gemv_on_ && gemv_on_ && n == 1 && inter > 0 && gate_up[1].out == inter &&
+    // Both halves of width inter, back to back in one weight (fused_group_rows counts them).
+    const bool fused_shape = swiglu_gemv_on_ && gemv_on_ && n == 1 && inter > 0 &&
                              out.size() == static_cast<size_t>(inter) &&
                              fused_group_rows(n, in, gate_up) == 2 * static_cast<size_t>(inter);
     if (fused_shape) {
       // As matmul then swiglu: x's BF16 copy (reused when the norm wrote it), then the output's.
-      const size_t elems = static_cast<size_t>(in);
-      if (bf16_src_ != x.raw() || bf16_elems_ != elems) {
-        hold_bf16_input(x, elems, alloc((elems + 1) / 2));
-        if (!replaying())
-          cuda_ops::to_bf16(x.data(), reinterpret_cast<uint16_t*>(bf16_x_.data()), elems, stream_->s);
-      }
-      if (cuda_gemv::gemv_applies(n, in, bf16_x_.raw(), gate_up[0].w->raw())) {
-        const auto* xb = static_cast<const uint16_t*>(bf16_x_.raw());
+      const uint16_t* xb = bf16_input(x, static_cast<size_t>(in));
+      if (cuda_gemv::gemv_applies(n, in, xb, gate_up[0].w->raw())) {
         written(out);
         Tensor ob = alloc((out.size() + 1) / 2);
         if (!replaying())
@@ -419,6 +410,15 @@ class CudaBackend final : public Backend {
     bf16_x_ = std::move(copy);
     bf16_src_ = src.raw();
     bf16_elems_ = elems;
+  }
+  // The BF16 copy of x's first `elems` values a BF16 GEMM reads: the held one when it copies x, else a
+  // new one converted now. Allocated even when replaying, so the arena hands out the captured addresses.
+  const uint16_t* bf16_input(const Tensor& x, size_t elems) {
+    if (bf16_src_ != x.raw() || bf16_elems_ != elems) {
+      hold_bf16_input(x, elems, alloc((elems + 1) / 2));
+      if (!replaying()) cuda_ops::to_bf16(x.data(), static_cast<uint16_t*>(bf16_x_.raw()), elems, stream_->s);
+    }
+    return static_cast<const uint16_t*>(bf16_x_.raw());
   }
   void forget_bf16_input() {
     bf16_src_ = nullptr;
