@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     float* yf = nullptr;
     cudaMalloc(&yf, static_cast<size_t>(std::max(widest, 2 * I)) * sizeof(float));
     wait();
-    for (int rows : {2, 4, 8}) {
+    for (int rows : {backend::cuda_gemv::kWarpPerRow, 2, 4, 8}) {
       auto chain = [&] {
         for (int l = 0; l <= L; ++l)
           for (int p = 0; p < (l < L ? 4 : 1); ++p) {

@@ -76,7 +76,9 @@ if fused:
     if fused["ms"] < chain["ms"]:
         chain = fused  # the floor: the faster of the two chains over the same weights
 for x in chains:
-    who = (f"ours (q, k, v and gate, up fused; {x['rows_per_block']} rows a block)" if "rows_per_block" in x
+    rows = x.get("rows_per_block")
+    who = (f"ours (q, k, v and gate, up fused; " + ("a warp a row)" if rows == 1 else f"{rows} rows a block)")
+           if rows is not None
            else f"cuBLAS BF16 -> {x['out']}")
     print(f"decode GEMV chain b1 in one CUDA graph, {who}: {x['ms']:.3f} ms [{x['ms_min']:.3f}, {x['ms_max']:.3f}]"
           + (f" (PyTorch's chain {chain['ms']:.3f} ms)" if chain else ""))

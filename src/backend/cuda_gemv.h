@@ -22,8 +22,11 @@ bool gemv_applies(int n, int in, const void* x, const void* w);
 // chain 4.16 ms with 2 rows a block, 4.19 with 4, 5.19 with 8); cuda_gemm_bench times 2, 4 and 8 side by
 // side, and MINIMAKV_CUDA_GEMV_ROWS=4|8 sets the engine's for comparisons.
 inline constexpr int kDefaultRowsPerBlock = 2;
-// Queues the product on `s`; the caller checked gemv_applies. rows_per_block: 2, 4 or 8; 0 is the
-// engine's choice (the default, or MINIMAKV_CUDA_GEMV_ROWS).
+// rows_per_block's value for the warp-per-row kernel (a row to each of a block's 8 warps, no block-wide
+// reduction); MINIMAKV_CUDA_GEMV_ROWS=warp sets it for the engine.
+inline constexpr int kWarpPerRow = 1;
+// Queues the product on `s`; the caller checked gemv_applies. rows_per_block: kWarpPerRow, 2, 4 or 8;
+// 0 is the engine's choice (the default, or MINIMAKV_CUDA_GEMV_ROWS).
 void gemv_bf16(const uint16_t* x, int in, const uint16_t* w, int out, float* y, cudaStream_t s,
                int rows_per_block = 0);
 // The gated MLP's input half in one launch: w_gate_up is [gate; up] (2 * inter rows of `in`), and
